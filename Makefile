@@ -1,0 +1,36 @@
+# The few commands people need. `make help` lists them.
+GO            ?= go
+STATICCHECK   ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+PROMTOOL      ?= promtool
+BIN           := bin
+
+.PHONY: help run test lint vet staticcheck unit rules build bench-smoke fmt
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+run: ## run the whole system in one process (etlctl dev)
+	$(GO) run ./cmd/etlctl dev
+
+test: vet staticcheck rules unit ## the README's test command: vet, staticcheck, rule checks, go test -race
+
+vet: ## go vet
+	$(GO) vet ./...
+
+staticcheck: ## staticcheck
+	$(STATICCHECK) ./...
+
+rules: ## promtool check and unit-test the Prometheus alert rules
+	@if [ -d deploy/prometheus ]; then \
+	  $(PROMTOOL) check rules deploy/prometheus/*.rules.yml && \
+	  $(PROMTOOL) test rules deploy/prometheus/tests/*.yml; \
+	fi
+
+unit: ## go test -race over every package
+	$(GO) test -race -count=1 -timeout 30m ./...
+
+build: ## build the binaries into ./bin
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+fmt: ## gofmt the tree
+	gofmt -w $$(git ls-files '*.go')

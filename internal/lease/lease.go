@@ -1,0 +1,458 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/mightyetl/mightyetl/internal/pg"
+)
+
+// ErrLost reports that a fenced write affected zero rows: the lease expired,
+// was superseded by a newer claim, or the job was cancelled or finished. The
+// caller no longer owns the job and must not retry the write.
+var ErrLost = errors.New("lease lost")
+
+// Ref is the exact identity of one lease: the only thing a worker presents to
+// renew or finish a job. It carries no payload and no tenant data.
+type Ref struct {
+	JobID   uuid.UUID
+	ClaimID uuid.UUID
+	OwnerID string
+}
+
+// Claim is one job a worker has claimed.
+type Claim struct {
+	Ref
+	// Kind is the job kind ("etl_records" or "diagnostic").
+	Kind string
+	// FencingToken is strictly greater than that of every earlier claim of any job.
+	FencingToken int64
+	// ExpiresAt is the lease expiry by the database clock.
+	ExpiresAt time.Time
+	// Attempt is this claim's attempt number, 1-based.
+	Attempt int
+	// MaxAttempts is fixed per job at insert.
+	MaxAttempts int
+	// Payload is the exact submitted text and RequestDigest its SHA-256 hex.
+	Payload       string
+	RequestDigest string
+	// PickupDelay is how long the job was claimable before this claim, by the
+	// database clock (available_at, or the expiry of the previous lease).
+	PickupDelay time.Duration
+}
+
+// ClaimParams are the inputs of Claim.
+type ClaimParams struct {
+	// OwnerID is the claiming worker's id; it must match [A-Za-z0-9._:-]{8,128}.
+	OwnerID string
+	// Limit is the most jobs to claim (the worker's free slots); must be ≥ 1.
+	Limit int
+	// LeaseDuration is added to the database clock to form lease_expires_at.
+	LeaseDuration time.Duration
+}
+
+// ClaimResult is what one Claim call did.
+type ClaimResult struct {
+	// Claimed are the jobs now leased to the caller, oldest eligible first.
+	Claimed []Claim
+	// Exhausted counts expired leases on their last attempt that this call
+	// moved to FAILED etl_worker_attempts_exhausted instead of claiming.
+	Exhausted int
+}
+
+// Outcome reason codes written by this package.
+const (
+	CodeAttemptsExhausted = "etl_worker_attempts_exhausted"
+)
+
+// claimSQL takes up to $1 jobs in one statement. Locks: FOR UPDATE SKIP
+// LOCKED on both candidate sets, so concurrent claimers never wait on one
+// another and never take the same row; a row that a finishing or cancelling
+// transaction holds is skipped this round. Time: clock_timestamp(), the
+// database's actual time at statement execution.
+const claimSQL = `
+WITH expired AS (
+    SELECT job_record_id, lease_expires_at AS eligible_since
+    FROM etl_job_records
+    WHERE job_status = 'RUNNING' AND lease_expires_at <= clock_timestamp()
+    ORDER BY lease_expires_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), pending AS (
+    SELECT job_record_id, available_at AS eligible_since
+    FROM etl_job_records
+    WHERE job_status = 'PENDING' AND available_at <= clock_timestamp()
+    ORDER BY available_at, job_record_id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT job_record_id, eligible_since FROM expired
+    UNION ALL
+    SELECT job_record_id, eligible_since FROM pending
+    ORDER BY eligible_since
+    LIMIT $1
+), exhausted AS (
+    UPDATE etl_job_records j
+    SET job_status = 'FAILED',
+        failure_code = 'etl_worker_attempts_exhausted',
+        request_payload = NULL,
+        lease_claim_id = NULL, lease_owner_id = NULL,
+        lease_expires_at = NULL, lease_fencing_token = NULL,
+        updated_at = clock_timestamp()
+    FROM picked p
+    WHERE j.job_record_id = p.job_record_id
+      AND j.job_status = 'RUNNING' AND j.attempt_count >= j.max_attempts
+    RETURNING j.job_record_id, j.attempt_count
+), exhausted_events AS (
+    INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, attempt_count, event_code)
+    SELECT 'job_lifecycle', job_record_id, 'FAILED', attempt_count, 'etl_worker_attempts_exhausted'
+    FROM exhausted
+), claimed AS (
+    UPDATE etl_job_records j
+    SET job_status = 'RUNNING',
+        attempt_count = j.attempt_count + 1,
+        lease_claim_id = gen_random_uuid(),
+        lease_owner_id = $2,
+        lease_expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond',
+        lease_fencing_token = nextval('etl_lease_fencing_token_sequence'),
+        updated_at = clock_timestamp()
+    FROM picked p
+    WHERE j.job_record_id = p.job_record_id
+      AND NOT (j.job_status = 'RUNNING' AND j.attempt_count >= j.max_attempts)
+    RETURNING j.job_record_id, j.job_kind, j.lease_claim_id, j.lease_fencing_token,
+              j.lease_expires_at, j.attempt_count, j.max_attempts,
+              j.request_payload, j.request_digest,
+              (extract(epoch FROM clock_timestamp() - p.eligible_since) * 1000000)::bigint AS pickup_micros
+)
+SELECT true, job_record_id, job_kind, lease_claim_id, lease_fencing_token, lease_expires_at,
+       attempt_count, max_attempts, request_payload, request_digest, pickup_micros
+FROM claimed
+UNION ALL
+SELECT false, job_record_id, NULL, NULL, NULL, NULL, attempt_count, NULL, NULL, NULL, NULL
+FROM exhausted`
+
+// ClaimJobs claims up to p.Limit eligible jobs for p.OwnerID in one statement:
+// PENDING jobs whose available_at has passed and RUNNING jobs whose lease has
+// expired, oldest eligible first. Expired leases on their last attempt become
+// FAILED etl_worker_attempts_exhausted in the same statement. Each claimed job
+// gets a fresh claim id, a new fencing token and attempt_count + 1.
+func ClaimJobs(ctx context.Context, db pg.DBTX, p ClaimParams) (ClaimResult, error) {
+	if p.Limit < 1 {
+		return ClaimResult{}, nil
+	}
+	rows, err := db.Query(ctx, claimSQL, p.Limit, p.OwnerID, p.LeaseDuration.Microseconds())
+	if err != nil {
+		return ClaimResult{}, fmt.Errorf("claim jobs: %w", err)
+	}
+	defer rows.Close()
+	var res ClaimResult
+	for rows.Next() {
+		var (
+			isClaim      bool
+			c            Claim
+			kind         *string
+			claimID      *uuid.UUID
+			token        *int64
+			expires      *time.Time
+			maxAttempts  *int
+			payload      *string
+			digest       *string
+			pickupMicros *int64
+		)
+		if err := rows.Scan(&isClaim, &c.JobID, &kind, &claimID, &token, &expires,
+			&c.Attempt, &maxAttempts, &payload, &digest, &pickupMicros); err != nil {
+			return ClaimResult{}, fmt.Errorf("claim jobs: scan: %w", err)
+		}
+		if !isClaim {
+			res.Exhausted++
+			continue
+		}
+		c.OwnerID = p.OwnerID
+		c.Kind, c.ClaimID, c.FencingToken, c.ExpiresAt = *kind, *claimID, *token, *expires
+		c.MaxAttempts, c.Payload, c.RequestDigest = *maxAttempts, *payload, *digest
+		c.PickupDelay = time.Duration(max(*pickupMicros, 0)) * time.Microsecond
+		res.Claimed = append(res.Claimed, c)
+	}
+	if err := rows.Err(); err != nil {
+		return ClaimResult{}, fmt.Errorf("claim jobs: %w", err)
+	}
+	return res, nil
+}
+
+// exactLease is the whole exact lease predicate (design.md invariant 2) for
+// statements that take $1 job id, $2 claim id, $3 owner id.
+const exactLease = `job_record_id = $1
+      AND job_status = 'RUNNING'
+      AND lease_claim_id = $2
+      AND lease_owner_id = $3
+      AND lease_expires_at > clock_timestamp()`
+
+// renewSQL extends many exact live leases at once. It only ever matches rows
+// that are RUNNING under the exact claim and owner with an unexpired lease
+// (database clock), so it cannot create, revive or transfer a claim. GREATEST
+// keeps it from ever shortening a lease. updated_at is deliberately left alone:
+// a renewal is not a state change a poller should see.
+const renewSQL = `
+UPDATE etl_job_records j
+SET lease_expires_at = GREATEST(j.lease_expires_at, clock_timestamp() + $4::bigint * interval '1 microsecond')
+FROM unnest($1::uuid[], $2::uuid[]) AS c(job_record_id, lease_claim_id)
+WHERE j.job_record_id = c.job_record_id
+  AND j.job_status = 'RUNNING'
+  AND j.lease_claim_id = c.lease_claim_id
+  AND j.lease_owner_id = $3
+  AND j.lease_expires_at > clock_timestamp()
+RETURNING j.job_record_id, j.lease_expires_at`
+
+// Renewal is the result for one presented claim.
+type Renewal struct {
+	Ref
+	// Renewed is false when the claim is lost (stale, expired, cancelled,
+	// finished or superseded).
+	Renewed bool
+	// ExpiresAt is the new database expiry when Renewed.
+	ExpiresAt time.Time
+}
+
+// Renew extends the exact live leases of refs, all of one owner, by duration
+// from the database's current time, in one statement. It returns one Renewal
+// per ref, in order. An error means nothing is known: the caller must not
+// treat any claim as renewed.
+func Renew(ctx context.Context, db pg.DBTX, ownerID string, refs []Ref, duration time.Duration) ([]Renewal, error) {
+	out := make([]Renewal, len(refs))
+	if len(refs) == 0 {
+		return out, nil
+	}
+	ids := make([]uuid.UUID, len(refs))
+	claims := make([]uuid.UUID, len(refs))
+	for i, r := range refs {
+		if r.OwnerID != ownerID {
+			return nil, fmt.Errorf("renew leases: claim of another owner presented")
+		}
+		ids[i], claims[i] = r.JobID, r.ClaimID
+		out[i].Ref = r
+	}
+	rows, err := db.Query(ctx, renewSQL, ids, claims, ownerID, duration.Microseconds())
+	if err != nil {
+		return nil, fmt.Errorf("renew leases: %w", err)
+	}
+	defer rows.Close()
+	renewed := make(map[uuid.UUID]time.Time, len(refs))
+	for rows.Next() {
+		var id uuid.UUID
+		var exp time.Time
+		if err := rows.Scan(&id, &exp); err != nil {
+			return nil, fmt.Errorf("renew leases: scan: %w", err)
+		}
+		renewed[id] = exp
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("renew leases: %w", err)
+	}
+	for i := range out {
+		if exp, ok := renewed[out[i].JobID]; ok {
+			out[i].Renewed, out[i].ExpiresAt = true, exp
+		}
+	}
+	return out, nil
+}
+
+// Won is a job whose fenced success matched its exact lease.
+type Won struct {
+	JobID              uuid.UUID
+	Attempt            int
+	PrincipalScopeHash string
+	SubmissionKeyHash  string
+	RequestDigest      string
+}
+
+// succeedSQL moves every presented exact live lease to SUCCEEDED, clearing
+// payload and lease, and writes one lifecycle outbox row per job. Each job is
+// decided by its own exact predicate; rows not matched are simply absent from
+// the result. The UPDATE locks the won rows until the caller's transaction
+// ends, so a concurrent cancel waits and then finds them SUCCEEDED.
+const succeedSQL = `
+WITH won AS (
+    UPDATE etl_job_records j
+    SET job_status = 'SUCCEEDED',
+        request_payload = NULL,
+        lease_claim_id = NULL, lease_owner_id = NULL,
+        lease_expires_at = NULL, lease_fencing_token = NULL,
+        updated_at = clock_timestamp()
+    FROM unnest($1::uuid[], $2::uuid[]) AS c(job_record_id, lease_claim_id)
+    WHERE j.job_record_id = c.job_record_id
+      AND j.job_status = 'RUNNING'
+      AND j.lease_claim_id = c.lease_claim_id
+      AND j.lease_owner_id = $3
+      AND j.lease_expires_at > clock_timestamp()
+    RETURNING j.job_record_id, j.attempt_count, j.principal_scope_hash,
+              j.submission_key_hash, j.request_digest
+), events AS (
+    INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, attempt_count)
+    SELECT 'job_lifecycle', job_record_id, 'SUCCEEDED', attempt_count FROM won
+)
+SELECT job_record_id, attempt_count, principal_scope_hash, submission_key_hash, request_digest FROM won`
+
+// Succeed applies the fenced terminal success of refs (all of ownerID) inside
+// the caller's transaction tx and returns the jobs that won, in no particular
+// order. A ref missing from the result lost its lease: the caller must write
+// no target or ledger row for it. Run it before the target writes so the won
+// rows are locked and the live set is known; commit only after them.
+func Succeed(ctx context.Context, tx pg.DBTX, ownerID string, refs []Ref) ([]Won, error) {
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	ids := make([]uuid.UUID, len(refs))
+	claims := make([]uuid.UUID, len(refs))
+	for i, r := range refs {
+		if r.OwnerID != ownerID {
+			return nil, fmt.Errorf("succeed jobs: claim of another owner presented")
+		}
+		ids[i], claims[i] = r.JobID, r.ClaimID
+	}
+	rows, err := tx.Query(ctx, succeedSQL, ids, claims, ownerID)
+	if err != nil {
+		return nil, fmt.Errorf("succeed jobs: %w", err)
+	}
+	defer rows.Close()
+	var won []Won
+	for rows.Next() {
+		var w Won
+		if err := rows.Scan(&w.JobID, &w.Attempt, &w.PrincipalScopeHash, &w.SubmissionKeyHash, &w.RequestDigest); err != nil {
+			return nil, fmt.Errorf("succeed jobs: scan: %w", err)
+		}
+		won = append(won, w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("succeed jobs: %w", err)
+	}
+	return won, nil
+}
+
+// SucceedOne is Succeed for a single lease; it returns ErrLost when the lease
+// did not match.
+func SucceedOne(ctx context.Context, tx pg.DBTX, ref Ref) (Won, error) {
+	won, err := Succeed(ctx, tx, ref.OwnerID, []Ref{ref})
+	if err != nil {
+		return Won{}, err
+	}
+	if len(won) == 0 {
+		return Won{}, ErrLost
+	}
+	return won[0], nil
+}
+
+// retrySQL puts an exact live lease back to PENDING, available again at the
+// database's current time plus $4 microseconds, and announces it.
+const retrySQL = `
+WITH moved AS (
+    UPDATE etl_job_records
+    SET job_status = 'PENDING',
+        available_at = clock_timestamp() + $4::bigint * interval '1 microsecond',
+        lease_claim_id = NULL, lease_owner_id = NULL,
+        lease_expires_at = NULL, lease_fencing_token = NULL,
+        updated_at = clock_timestamp()
+    WHERE ` + exactLease + `
+      AND attempt_count < max_attempts
+    RETURNING job_record_id, attempt_count
+), events AS (
+    INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, attempt_count)
+    SELECT 'job_available', job_record_id, 'PENDING', attempt_count FROM moved
+)
+SELECT job_record_id FROM moved`
+
+// Retry returns the job of an exact live lease to PENDING, claimable again
+// after backoff (database clock). The attempt stays charged. It returns
+// ErrLost when the lease did not match or no attempt is left (the caller
+// should Fail instead when Attempt == MaxAttempts).
+func Retry(ctx context.Context, db pg.DBTX, ref Ref, backoff time.Duration) error {
+	return execFenced(ctx, db, "retry job", retrySQL, ref, backoff.Microseconds())
+}
+
+// failSQL moves an exact live lease to FAILED with code $4 and announces it.
+const failSQL = `
+WITH moved AS (
+    UPDATE etl_job_records
+    SET job_status = 'FAILED',
+        failure_code = $4,
+        request_payload = NULL,
+        lease_claim_id = NULL, lease_owner_id = NULL,
+        lease_expires_at = NULL, lease_fencing_token = NULL,
+        updated_at = clock_timestamp()
+    WHERE ` + exactLease + `
+    RETURNING job_record_id, attempt_count
+), events AS (
+    INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, attempt_count, event_code)
+    SELECT 'job_lifecycle', job_record_id, 'FAILED', attempt_count, $4 FROM moved
+)
+SELECT job_record_id FROM moved`
+
+// Fail moves the job of an exact live lease to FAILED with the stable
+// failure code (format ^[a-z][a-z0-9_]{2,127}$). It returns ErrLost when the
+// lease did not match.
+func Fail(ctx context.Context, db pg.DBTX, ref Ref, code string) error {
+	return execFenced(ctx, db, "fail job", failSQL, ref, code)
+}
+
+// releaseSQL hands an exact live lease back at once without charging the
+// attempt (graceful shutdown) and announces the job as available.
+const releaseSQL = `
+WITH moved AS (
+    UPDATE etl_job_records
+    SET job_status = 'PENDING',
+        attempt_count = attempt_count - 1,
+        available_at = clock_timestamp(),
+        lease_claim_id = NULL, lease_owner_id = NULL,
+        lease_expires_at = NULL, lease_fencing_token = NULL,
+        updated_at = clock_timestamp()
+    WHERE ` + exactLease + `
+    RETURNING job_record_id, attempt_count
+), events AS (
+    INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, attempt_count)
+    SELECT 'job_available', job_record_id, 'PENDING', attempt_count FROM moved
+)
+SELECT job_record_id FROM moved`
+
+// Release returns the job of an exact live lease to PENDING, available now,
+// with the attempt not charged. Used on shutdown for work that did not
+// finish. It returns ErrLost when the lease did not match.
+func Release(ctx context.Context, db pg.DBTX, ref Ref) error {
+	return execFenced(ctx, db, "release job", releaseSQL, ref)
+}
+
+func execFenced(ctx context.Context, db pg.DBTX, what, sql string, ref Ref, extra ...any) error {
+	args := append([]any{ref.JobID, ref.ClaimID, ref.OwnerID}, extra...)
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if n == 0 {
+		return ErrLost
+	}
+	return nil
+}
+
+// JobStatus reads a job's current status, to classify a lost lease
+// ("CANCELLED" counts as cancelled, anything else as stale). It returns
+// pg.ErrNotFound when the job does not exist.
+func JobStatus(ctx context.Context, db pg.DBTX, jobID uuid.UUID) (string, error) {
+	var s string
+	err := db.QueryRow(ctx, `SELECT job_status FROM etl_job_records WHERE job_record_id = $1`, jobID).Scan(&s)
+	if pg.IsNoRows(err) {
+		return "", pg.ErrNotFound
+	}
+	if err != nil {
+		return "", fmt.Errorf("read job status: %w", err)
+	}
+	return s, nil
+}

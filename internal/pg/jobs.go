@@ -1,0 +1,193 @@
+package pg
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Job kinds.
+const (
+	KindETLRecords = "etl_records"
+	KindDiagnostic = "diagnostic"
+)
+
+// Job states.
+const (
+	StatusPending   = "PENDING"
+	StatusRunning   = "RUNNING"
+	StatusSucceeded = "SUCCEEDED"
+	StatusFailed    = "FAILED"
+	StatusCancelled = "CANCELLED"
+)
+
+// NewJob is one job to insert.
+type NewJob struct {
+	// JobID is the new job's id; uuid.Nil draws a random one.
+	JobID              uuid.UUID
+	Kind               string
+	PrincipalScopeHash string
+	SubmissionKeyHash  string
+	RequestDigest      string
+	Payload            string
+	MaxAttempts        int
+}
+
+// Job is the owner-visible state of a job: never the payload, never a lease
+// id, never a hash.
+type Job struct {
+	JobID            uuid.UUID
+	Kind             string
+	Status           string
+	AttemptCount     int
+	FailureCode      *string
+	CancellationCode *string
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
+	// RequestDigest is internal: it decides whether a resubmission is identical.
+	RequestDigest string
+}
+
+// Inserted is the outcome of inserting one NewJob.
+type Inserted struct {
+	Job
+	// Created is true when this call created the job, false when the
+	// (principal, key) pair already had one (RequestDigest tells whether it
+	// was the same request).
+	Created bool
+}
+
+// insertJobsSQL inserts many jobs and their job_available outbox rows in one
+// statement. ON CONFLICT DO NOTHING on (principal_scope_hash,
+// submission_key_hash) makes concurrent identical submissions converge: the
+// loser waits for the winner's commit and then inserts nothing.
+const insertJobsSQL = `
+WITH ins AS (
+    INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
+                                 request_digest, request_payload, max_attempts)
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int[])
+    ON CONFLICT (principal_scope_hash, submission_key_hash) DO NOTHING
+    RETURNING job_record_id, job_kind, job_status, attempt_count, failure_code, created_at, updated_at, request_digest
+), events AS (
+    INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, attempt_count)
+    SELECT 'job_available', job_record_id, 'PENDING', 0 FROM ins
+)
+SELECT job_record_id, job_kind, job_status, attempt_count, failure_code, created_at, updated_at, request_digest FROM ins`
+
+const existingJobsSQL = `
+SELECT j.principal_scope_hash, j.submission_key_hash, ` + jobColumns + `
+FROM etl_job_records j
+JOIN unnest($1::text[], $2::text[]) AS k(principal_scope_hash, submission_key_hash)
+  ON j.principal_scope_hash = k.principal_scope_hash AND j.submission_key_hash = k.submission_key_hash`
+
+// jobColumns are the owner-visible columns, in scanJob order.
+const jobColumns = `j.job_record_id, j.job_kind, j.job_status, j.attempt_count, j.failure_code, j.cancellation_code, j.created_at, j.updated_at, j.request_digest`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanJob(row scanner, extra ...any) (Job, error) {
+	var j Job
+	dest := append(extra, &j.JobID, &j.Kind, &j.Status, &j.AttemptCount, &j.FailureCode, &j.CancellationCode, &j.CreatedAt, &j.UpdatedAt, &j.RequestDigest)
+	err := row.Scan(dest...)
+	return j, err
+}
+
+// InsertJobs inserts jobs in one statement on db (a pool or the caller's
+// transaction) and returns one Inserted per input, in order. A job whose
+// (principal, key) pair already exists is not inserted; its existing row is
+// returned with Created false. Callers batch concurrent submissions into one
+// call to share a commit.
+func InsertJobs(ctx context.Context, db DBTX, jobs []NewJob) ([]Inserted, error) {
+	out := make([]Inserted, len(jobs))
+	if len(jobs) == 0 {
+		return out, nil
+	}
+	n := len(jobs)
+	ids, kinds := make([]uuid.UUID, n), make([]string, n)
+	scopes, keys, digests, payloads := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	attempts := make([]int32, n)
+	for i, j := range jobs {
+		if j.JobID == uuid.Nil {
+			j.JobID = uuid.New()
+		}
+		ids[i], kinds[i], scopes[i], keys[i] = j.JobID, j.Kind, j.PrincipalScopeHash, j.SubmissionKeyHash
+		digests[i], payloads[i], attempts[i] = j.RequestDigest, j.Payload, int32(j.MaxAttempts)
+	}
+	rows, err := db.Query(ctx, insertJobsSQL, ids, kinds, scopes, keys, digests, payloads, attempts)
+	if err != nil {
+		return nil, fmt.Errorf("insert jobs: %w", err)
+	}
+	created := make(map[uuid.UUID]Job, n)
+	for rows.Next() {
+		var j Job
+		if err := rows.Scan(&j.JobID, &j.Kind, &j.Status, &j.AttemptCount, &j.FailureCode, &j.CreatedAt, &j.UpdatedAt, &j.RequestDigest); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("insert jobs: scan: %w", err)
+		}
+		created[j.JobID] = j
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("insert jobs: %w", err)
+	}
+	type pair struct{ scope, key string }
+	var missScopes, missKeys []string
+	for i := range jobs {
+		if j, ok := created[ids[i]]; ok {
+			out[i] = Inserted{Job: j, Created: true}
+			continue
+		}
+		missScopes, missKeys = append(missScopes, scopes[i]), append(missKeys, keys[i])
+	}
+	if len(missScopes) == 0 {
+		return out, nil
+	}
+	rows, err = db.Query(ctx, existingJobsSQL, missScopes, missKeys)
+	if err != nil {
+		return nil, fmt.Errorf("read existing jobs: %w", err)
+	}
+	existing := make(map[pair]Job, len(missScopes))
+	for rows.Next() {
+		var p pair
+		j, err := scanJob(rows, &p.scope, &p.key)
+		if err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read existing jobs: scan: %w", err)
+		}
+		existing[p] = j
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read existing jobs: %w", err)
+	}
+	for i := range jobs {
+		if out[i].Created {
+			continue
+		}
+		j, ok := existing[pair{scopes[i], keys[i]}]
+		if !ok {
+			// Another transaction inserted and then lost the row (rolled back
+			// or pruned) between our two statements; the caller may retry.
+			return nil, fmt.Errorf("insert jobs: conflicting job vanished: %w", ErrNotFound)
+		}
+		out[i] = Inserted{Job: j}
+	}
+	return out, nil
+}
+
+// GetJob returns the job jobID if it belongs to principalScopeHash, and
+// ErrNotFound otherwise (absent and foreign jobs are indistinguishable).
+func GetJob(ctx context.Context, db DBTX, principalScopeHash string, jobID uuid.UUID) (Job, error) {
+	row := db.QueryRow(ctx, `SELECT `+jobColumns+` FROM etl_job_records j
+		WHERE j.job_record_id = $1 AND j.principal_scope_hash = $2`, jobID, principalScopeHash)
+	j, err := scanJob(row)
+	if IsNoRows(err) {
+		return Job{}, ErrNotFound
+	}
+	if err != nil {
+		return Job{}, fmt.Errorf("get job: %w", err)
+	}
+	return j, nil
+}
