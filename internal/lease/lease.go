@@ -456,3 +456,32 @@ func JobStatus(ctx context.Context, db pg.DBTX, jobID uuid.UUID) (string, error)
 	}
 	return s, nil
 }
+
+// LostState is what a worker reads after losing a lease, to classify the loss.
+type LostState struct {
+	// Status is the job's current status.
+	Status string
+	// SinceCancelled is the database time elapsed since the job was cancelled
+	// (only when Status is CANCELLED).
+	SinceCancelled time.Duration
+}
+
+// InspectLost reads the state of a job whose lease the caller lost. It
+// returns pg.ErrNotFound when the job does not exist any more.
+func InspectLost(ctx context.Context, db pg.DBTX, jobID uuid.UUID) (LostState, error) {
+	var st LostState
+	var micros *int64
+	err := db.QueryRow(ctx, `SELECT job_status,
+		(extract(epoch FROM clock_timestamp() - job_cancelled_at) * 1000000)::bigint
+		FROM etl_job_records WHERE job_record_id = $1`, jobID).Scan(&st.Status, &micros)
+	if pg.IsNoRows(err) {
+		return st, pg.ErrNotFound
+	}
+	if err != nil {
+		return st, fmt.Errorf("inspect lost job: %w", err)
+	}
+	if micros != nil {
+		st.SinceCancelled = time.Duration(*micros) * time.Microsecond
+	}
+	return st, nil
+}

@@ -1,0 +1,176 @@
+package auth
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+)
+
+// Mode selects how requests are authenticated (MIGHTYETL_AUTH_MODE).
+type Mode string
+
+const (
+	// ModeDeny rejects every request; it is the default when no mode is set.
+	ModeDeny Mode = "deny"
+	// ModeBasic authenticates "Authorization: Basic" against a credentials file.
+	ModeBasic Mode = "basic"
+	// ModeJWT authenticates "Authorization: Bearer <JWT>" against a JWKS file.
+	ModeJWT Mode = "jwt"
+)
+
+// ParseMode parses a MIGHTYETL_AUTH_MODE value. The empty string (unset)
+// means [ModeDeny]; otherwise the value must be exactly "deny", "basic" or
+// "jwt". Any other value is an error, never a silent fallback.
+func ParseMode(s string) (Mode, error) {
+	switch Mode(s) {
+	case "":
+		return ModeDeny, nil
+	case ModeDeny, ModeBasic, ModeJWT:
+		return Mode(s), nil
+	}
+	return "", fmt.Errorf("parse auth mode %q: want deny, basic or jwt", s)
+}
+
+// MaxPrincipalRunes is the largest principal, in Unicode code points, that
+// an [Authenticator] returns.
+const MaxPrincipalRunes = 512
+
+// Realm is the protection space named in every challenge.
+const Realm = "mightyetl"
+
+var (
+	// ErrUnauthenticated means the request carried no credentials or bad
+	// ones. Errors returned by Authenticate may wrap it with a fixed reason
+	// text; match it with errors.Is.
+	ErrUnauthenticated = errors.New("auth: unauthenticated")
+
+	// ErrPrincipalUnusable means the credentials were valid but name a
+	// principal that is blank or longer than [MaxPrincipalRunes] code points.
+	ErrPrincipalUnusable = errors.New("auth: principal unusable")
+)
+
+// Authenticator decides who sent a request. Implementations are safe for
+// concurrent use.
+type Authenticator interface {
+	// Authenticate returns the principal of the request, or an error that
+	// matches ErrUnauthenticated (no or bad credentials) or
+	// ErrPrincipalUnusable (valid credentials, unusable principal).
+	// It reads only the request's headers and context, never its body.
+	Authenticate(r *http.Request) (string, error)
+
+	// Challenge is the WWW-Authenticate header value for a 401, e.g.
+	// `Basic realm="mightyetl", charset="UTF-8"` or `Bearer realm="mightyetl"`.
+	// It is constant for the life of the Authenticator.
+	Challenge() string
+}
+
+// unauthenticated wraps ErrUnauthenticated with a fixed reason. The reason
+// must never contain request or file content.
+func unauthenticated(reason string) error {
+	return fmt.Errorf("%w: %s", ErrUnauthenticated, reason)
+}
+
+var (
+	errNoCredentials        = unauthenticated("no credentials")
+	errMalformedCredentials = unauthenticated("malformed credentials")
+	errBadCredentials       = unauthenticated("invalid credentials")
+)
+
+// checkPrincipal returns ErrPrincipalUnusable unless p is non-blank after
+// trimming white space and at most MaxPrincipalRunes code points long.
+func checkPrincipal(p string) error {
+	if strings.TrimSpace(p) == "" {
+		return fmt.Errorf("%w: blank", ErrPrincipalUnusable)
+	}
+	if utf8.RuneCountInString(p) > MaxPrincipalRunes {
+		return fmt.Errorf("%w: longer than %d code points", ErrPrincipalUnusable, MaxPrincipalRunes)
+	}
+	return nil
+}
+
+// singleAuthorization returns the one Authorization header value of r.
+// A missing header gives errNoCredentials; several headers are malformed.
+func singleAuthorization(r *http.Request) (string, error) {
+	vals := r.Header.Values("Authorization")
+	switch len(vals) {
+	case 0:
+		return "", errNoCredentials
+	case 1:
+		if vals[0] == "" {
+			return "", errNoCredentials
+		}
+		return vals[0], nil
+	}
+	return "", errMalformedCredentials
+}
+
+// cutScheme splits an Authorization value "<scheme> 1*SP <token68>" when
+// its scheme equals scheme case-insensitively (RFC 9110 section 11.4).
+// Trailing spaces and tabs are ignored; the credentials must be a token68.
+func cutScheme(header, scheme string) (string, bool) {
+	if len(header) <= len(scheme) || !strings.EqualFold(header[:len(scheme)], scheme) || header[len(scheme)] != ' ' {
+		return "", false
+	}
+	cred := strings.TrimLeft(header[len(scheme):], " ")
+	cred = strings.TrimRight(cred, " \t")
+	if !isToken68(cred) {
+		return "", false
+	}
+	return cred, true
+}
+
+// isToken68 reports whether s is a non-empty RFC 9110 token68:
+// 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"=".
+func isToken68(s string) bool {
+	body := strings.TrimRight(s, "=")
+	if body == "" {
+		return false
+	}
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '-', c == '.', c == '_', c == '~', c == '+', c == '/':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// ScopeHash returns the lowercase hex HMAC-SHA256 of principal under key
+// (MIGHTYETL_PRINCIPAL_HASH_KEY): the principal_scope_hash that stores key
+// rows by instead of the raw principal. It is deterministic and safe for
+// concurrent use; an empty key is accepted but gives no secrecy.
+func ScopeHash(key []byte, principal string) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(principal))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// Deny is the [ModeDeny] Authenticator: it rejects every request.
+type Deny struct{}
+
+// NewDeny returns an Authenticator whose Authenticate always fails with
+// ErrUnauthenticated and whose Challenge is `Bearer realm="mightyetl"` (a
+// Bearer challenge, so browsers do not prompt for a password that can never
+// work).
+func NewDeny() Authenticator { return Deny{} }
+
+// Authenticate always returns an error matching ErrUnauthenticated.
+func (Deny) Authenticate(*http.Request) (string, error) {
+	return "", unauthenticated("authentication mode deny")
+}
+
+// Challenge returns `Bearer realm="mightyetl"`.
+func (Deny) Challenge() string { return bearerChallenge }
+
+const (
+	basicChallenge  = `Basic realm="` + Realm + `", charset="UTF-8"`
+	bearerChallenge = `Bearer realm="` + Realm + `"`
+)

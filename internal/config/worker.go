@@ -1,0 +1,137 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// DefaultDatabaseURL points at the local PostgreSQL.
+const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/mightyetl"
+
+var ownerIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{8,128}$`)
+
+// Worker is the worker binary's configuration. Durations are Go syntax.
+type Worker struct {
+	DatabaseURL     string        // DATABASE_URL
+	WorkerID        string        // MIGHTYETL_WORKER_ID, default host-pid-random
+	Concurrency     int           // MIGHTYETL_WORKER_CONCURRENCY, default 8 (1..10000)
+	PollInterval    time.Duration // MIGHTYETL_WORKER_POLL_INTERVAL, default 1s (10ms..1h)
+	LeaseDuration   time.Duration // MIGHTYETL_LEASE_DURATION, default 30s (1s..24h)
+	RenewInterval   time.Duration // MIGHTYETL_LEASE_RENEW_INTERVAL, default 10s
+	SafetyMargin    time.Duration // MIGHTYETL_LEASE_SAFETY_MARGIN, default 5s
+	MaxAttempts     int           // MIGHTYETL_MAX_ATTEMPTS, default 3 (1..100); applied at insert
+	RetryBaseDelay  time.Duration // MIGHTYETL_RETRY_BASE_DELAY, default 1s
+	RetryMaxDelay   time.Duration // MIGHTYETL_RETRY_MAX_DELAY, default 5m
+	ShutdownGrace   time.Duration // MIGHTYETL_SHUTDOWN_GRACE_PERIOD, default 30s
+	MetricsAddr     string        // MIGHTYETL_METRICS_ADDR, default 127.0.0.1:9091
+	MaxBatchRecords int           // MIGHTYETL_MAX_BATCH_RECORDS, default 1000 (1..100000)
+	NATS            NATSClient
+}
+
+// NATSClient is the subset of NATS settings a worker needs.
+type NATSClient struct {
+	URL           string // NATS_URL; empty disables NATS (polling only)
+	SubjectPrefix string // MIGHTYETL_NATS_SUBJECT_PREFIX, default mightyetl
+}
+
+// defaultWorkerID is host-pid-random, trimmed to the allowed alphabet.
+func defaultWorkerID() string {
+	host, _ := os.Hostname()
+	clean := regexp.MustCompile(`[^A-Za-z0-9._-]`).ReplaceAllString(host, "")
+	if clean == "" {
+		clean = "worker"
+	}
+	if len(clean) > 64 {
+		clean = clean[:64]
+	}
+	return fmt.Sprintf("%s-%d-%s", clean, os.Getpid(), uuid.NewString()[:8])
+}
+
+// RegisterWorker registers every worker setting on l into dst.
+func RegisterWorker(l *Loader, dst *Worker) {
+	l.String(&dst.DatabaseURL, "DATABASE_URL", "database-url", DefaultDatabaseURL, "PostgreSQL URL", nonEmpty)
+	l.String(&dst.WorkerID, "MIGHTYETL_WORKER_ID", "worker-id", defaultWorkerID(), "lease owner id [A-Za-z0-9._:-]{8,128}", func(s string) error {
+		if !ownerIDPattern.MatchString(s) {
+			return errors.New("must match [A-Za-z0-9._:-]{8,128}")
+		}
+		return nil
+	})
+	l.Int(&dst.Concurrency, "MIGHTYETL_WORKER_CONCURRENCY", "concurrency", 8, 1, 10000, "execution slots")
+	l.Duration(&dst.PollInterval, "MIGHTYETL_WORKER_POLL_INTERVAL", "poll-interval", time.Second, 10*time.Millisecond, time.Hour, "fallback claim poll interval")
+	l.Duration(&dst.LeaseDuration, "MIGHTYETL_LEASE_DURATION", "lease-duration", 30*time.Second, time.Second, 24*time.Hour, "lease length (database clock)")
+	l.Duration(&dst.RenewInterval, "MIGHTYETL_LEASE_RENEW_INTERVAL", "renew-interval", 10*time.Second, time.Millisecond, 24*time.Hour, "lease renewal interval")
+	l.Duration(&dst.SafetyMargin, "MIGHTYETL_LEASE_SAFETY_MARGIN", "safety-margin", 5*time.Second, 0, 24*time.Hour, "minimum lease time kept in hand")
+	l.Int(&dst.MaxAttempts, "MIGHTYETL_MAX_ATTEMPTS", "max-attempts", 3, 1, 100, "attempts per job")
+	l.Duration(&dst.RetryBaseDelay, "MIGHTYETL_RETRY_BASE_DELAY", "retry-base-delay", time.Second, 0, time.Hour, "backoff base")
+	l.Duration(&dst.RetryMaxDelay, "MIGHTYETL_RETRY_MAX_DELAY", "retry-max-delay", 5*time.Minute, 0, 24*time.Hour, "backoff cap")
+	l.Duration(&dst.ShutdownGrace, "MIGHTYETL_SHUTDOWN_GRACE_PERIOD", "shutdown-grace", 30*time.Second, 0, time.Hour, "wait for running jobs on shutdown")
+	l.String(&dst.MetricsAddr, "MIGHTYETL_METRICS_ADDR", "metrics-addr", "127.0.0.1:9091", "metrics and health listen address", nonEmpty)
+	l.Int(&dst.MaxBatchRecords, "MIGHTYETL_MAX_BATCH_RECORDS", "max-batch-records", 1000, 1, 100000, "records per job")
+	l.String(&dst.NATS.URL, "NATS_URL", "nats-url", "", "NATS server URL (empty: polling only)", nil)
+	l.String(&dst.NATS.SubjectPrefix, "MIGHTYETL_NATS_SUBJECT_PREFIX", "nats-subject-prefix", "mightyetl", "subject prefix", subjectPrefix)
+}
+
+var subjectPrefixPattern = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
+
+func subjectPrefix(s string) error {
+	if !subjectPrefixPattern.MatchString(s) {
+		return errors.New("must be dot-separated tokens of [A-Za-z0-9_-]")
+	}
+	return nil
+}
+
+func nonEmpty(s string) error {
+	if s == "" {
+		return errors.New("must not be empty")
+	}
+	return nil
+}
+
+// ValidateLease checks the renewal schedule against the lease: the interval
+// must be positive and shorter than the lease, and the lease minus one
+// interval must leave at least two intervals and at least the safety margin
+// (so a renewal can be late by a whole interval, fail once and be retried,
+// and still land before expiry).
+func ValidateLease(lease, interval, margin time.Duration) error {
+	switch {
+	case interval <= 0:
+		return fmt.Errorf("MIGHTYETL_LEASE_RENEW_INTERVAL: must be positive (got %s)", interval)
+	case interval >= lease:
+		return fmt.Errorf("MIGHTYETL_LEASE_RENEW_INTERVAL: must be shorter than MIGHTYETL_LEASE_DURATION %s (got %s)", lease, interval)
+	case lease-interval < 2*interval:
+		return fmt.Errorf("MIGHTYETL_LEASE_RENEW_INTERVAL: lease %s minus interval %s must leave at least two intervals; use at most %s", lease, interval, lease/3)
+	case lease-interval < margin:
+		return fmt.Errorf("MIGHTYETL_LEASE_RENEW_INTERVAL: lease %s minus interval %s leaves less than MIGHTYETL_LEASE_SAFETY_MARGIN %s", lease, interval, margin)
+	}
+	return nil
+}
+
+// LoadWorker parses args and the environment into a validated Worker config.
+func LoadWorker(args []string, getenv func(string) string) (Worker, *Loader, error) {
+	var w Worker
+	l := NewLoader("worker", args, getenv)
+	RegisterWorker(l, &w)
+	if err := l.Parse(); err != nil {
+		return w, l, err
+	}
+	if err := w.Validate(); err != nil {
+		return w, l, err
+	}
+	return w, l, nil
+}
+
+// Validate checks cross-setting rules.
+func (w Worker) Validate() error {
+	if err := ValidateLease(w.LeaseDuration, w.RenewInterval, w.SafetyMargin); err != nil {
+		return err
+	}
+	if w.RetryMaxDelay < w.RetryBaseDelay {
+		return fmt.Errorf("MIGHTYETL_RETRY_MAX_DELAY: must be at least MIGHTYETL_RETRY_BASE_DELAY %s", w.RetryBaseDelay)
+	}
+	return nil
+}

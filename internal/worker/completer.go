@@ -1,0 +1,171 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/mightyetl/mightyetl/internal/etl"
+	"github.com/mightyetl/mightyetl/internal/lease"
+	"github.com/mightyetl/mightyetl/internal/metrics"
+	"github.com/mightyetl/mightyetl/internal/pg"
+)
+
+// finishReq asks a completer to commit one successful job.
+type finishReq struct {
+	r     *running
+	out   Output
+	reply chan error // nil: won and committed; lease.ErrLost: lost; other: nothing committed
+}
+
+// finishSuccess hands a successful result to the completers and waits for
+// its commit. A database error is retried while the lease is ours.
+func (w *Worker) finishSuccess(r *running, out Output) string {
+	var err error
+	for i := range writeAttempts {
+		req := &finishReq{r: r, out: out, reply: make(chan error, 1)}
+		w.finishQ <- req
+		err = <-req.reply
+		if err == nil {
+			return metrics.OutcomeSucceeded
+		}
+		if errors.Is(err, lease.ErrLost) {
+			w.markLost(r, metrics.LostFencedWrite)
+			return w.classifyLost(r)
+		}
+		if !w.sleepWithinLease(r, time.Duration(50<<i)*time.Millisecond) {
+			break
+		}
+	}
+	w.log.Warn("finish failed; the claim is abandoned to expire", "error_class", errorClass(err))
+	return ""
+}
+
+// completer commits finished jobs in groups: whatever is queued when a
+// transaction starts (up to FinishBatch) shares it.
+func (w *Worker) completer() {
+	defer w.finishWG.Done()
+	batch := make([]*finishReq, 0, w.cfg.FinishBatch)
+	for {
+		select {
+		case req := <-w.finishQ:
+			batch = append(batch[:0], req)
+		drain:
+			for len(batch) < w.cfg.FinishBatch {
+				select {
+				case more := <-w.finishQ:
+					batch = append(batch, more)
+				default:
+					break drain
+				}
+			}
+			w.commitGroup(batch)
+		case <-w.finishStop:
+			return
+		}
+	}
+}
+
+// commitGroup commits a group; if the group fails for a reason other than an
+// unavailable database, each job is tried alone so one bad job cannot block
+// the others.
+func (w *Worker) commitGroup(batch []*finishReq) {
+	err := w.commitFinish(batch)
+	if err != nil && len(batch) > 1 && !isTransientDB(err) {
+		for _, req := range batch {
+			req.reply <- w.commitFinish([]*finishReq{req})
+		}
+		return
+	}
+	for _, req := range batch {
+		if err != nil {
+			req.reply <- err
+		}
+	}
+}
+
+// commitFinish is the finish transaction: fenced success for every job of
+// the group first (locking the won rows and telling which are still ours),
+// then target rows and ledger rows only for the winners, then commit. A job
+// whose lease did not match writes nothing. On error nothing is committed and
+// the caller replies; on success each request is answered here.
+func (w *Worker) commitFinish(batch []*finishReq) error {
+	refs := make([]lease.Ref, len(batch))
+	for i, req := range batch {
+		refs[i] = req.r.claim.Ref
+	}
+	ctx, cancel := context.WithTimeout(w.lifeCtx, max(w.cfg.RenewInterval, 5*time.Second))
+	defer cancel()
+	var won map[uuid.UUID]bool
+	err := pg.WithTx(ctx, w.exec, func(tx pgx.Tx) error {
+		winners, err := lease.Succeed(ctx, tx, w.cfg.OwnerID, refs)
+		if err != nil {
+			return err
+		}
+		won = make(map[uuid.UUID]bool, len(winners))
+		byJob := make(map[uuid.UUID]lease.Won, len(winners))
+		for _, wn := range winners {
+			won[wn.JobID] = true
+			byJob[wn.JobID] = wn
+		}
+		var rows []etl.TargetRow
+		ledger := ledgerRows{}
+		for _, req := range batch {
+			id := req.r.claim.JobID
+			if !won[id] {
+				continue
+			}
+			rows = append(rows, req.out.Rows...)
+			wn := byJob[id]
+			ledger.add(wn, req.out.ResponseText)
+		}
+		if len(rows) > 0 {
+			if err := etl.LoadRows(ctx, tx, rows); err != nil {
+				return err
+			}
+		}
+		return ledger.insert(ctx, tx)
+	})
+	if err != nil {
+		return err
+	}
+	w.m.FinishBatchSize.Observe(float64(len(won)))
+	for _, req := range batch {
+		if won[req.r.claim.JobID] {
+			req.reply <- nil
+		} else {
+			req.reply <- lease.ErrLost
+		}
+	}
+	return nil
+}
+
+// ledgerRows collects response-ledger rows of won jobs for one insert.
+type ledgerRows struct {
+	scopes, keys, digests, texts []string
+	jobs                         []uuid.UUID
+}
+
+func (l *ledgerRows) add(w lease.Won, text string) {
+	l.scopes = append(l.scopes, w.PrincipalScopeHash)
+	l.keys = append(l.keys, w.SubmissionKeyHash)
+	l.digests = append(l.digests, w.RequestDigest)
+	l.texts = append(l.texts, text)
+	l.jobs = append(l.jobs, w.JobID)
+}
+
+// insertLedgerSQL writes one response-ledger row per won job, keyed by the
+// job's own (principal, submission key) pair, inside the finish transaction.
+const insertLedgerSQL = `
+INSERT INTO etl_idempotency_records (principal_scope_hash, idempotency_key_hash, request_digest, response_text, job_record_id)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::uuid[])`
+
+func (l *ledgerRows) insert(ctx context.Context, tx pgx.Tx) error {
+	if len(l.jobs) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, insertLedgerSQL, l.scopes, l.keys, l.digests, l.texts, l.jobs)
+	return err
+}

@@ -1,0 +1,163 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mightyetl/mightyetl/internal/lease"
+	"github.com/mightyetl/mightyetl/internal/metrics"
+	"github.com/mightyetl/mightyetl/internal/pg"
+)
+
+// writeAttempts bounds how often a fenced write that failed with a database
+// error (not zero rows) is tried again.
+const writeAttempts = 4
+
+// execute runs one claim to its outcome and frees its slot.
+func (w *Worker) execute(ctx context.Context, r *running) {
+	defer w.execWG.Done()
+	defer w.done(r)
+	c := &r.claim
+
+	out, herr := w.runHandler(ctx, c)
+	returned := time.Now()
+	if w.hooks.BeforeFinish != nil {
+		w.hooks.BeforeFinish(c)
+	}
+
+	var outcome string
+	switch {
+	case herr == nil:
+		outcome = w.finishSuccess(r, out)
+	case ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrShutdown):
+		outcome = w.fencedWrite(r, metrics.OutcomeReleased, func(ctx context.Context) error {
+			return lease.Release(ctx, w.exec, c.Ref)
+		})
+	case ctx.Err() != nil && (errors.Is(context.Cause(ctx), ErrLeaseLost) || errors.Is(context.Cause(ctx), ErrRevoked)):
+		// Authority is gone: write nothing, find out why.
+		outcome = w.classifyLost(r)
+	default:
+		outcome = w.finishFailure(r, herr)
+	}
+	if outcome == metrics.OutcomeCancelled {
+		w.observeCancelToStop(r, returned)
+	}
+	if outcome != "" {
+		w.m.Outcomes.WithLabelValues(outcome).Inc()
+		w.m.ExecutionSeconds.WithLabelValues(outcome).Observe(time.Since(r.started).Seconds())
+	}
+}
+
+// runHandler calls the kind's handler, turning a panic into an internal failure.
+func (w *Worker) runHandler(ctx context.Context, c *lease.Claim) (out Output, err error) {
+	h := w.handlers[c.Kind]
+	if h == nil {
+		return Output{}, Permanent(CodeInternalError, errors.New("no handler for job kind"))
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			w.log.Error("handler panicked", "job_kind", c.Kind)
+			out, err = Output{}, Permanent(CodeInternalError, fmt.Errorf("handler panic"))
+		}
+	}()
+	return h(ctx, c)
+}
+
+// finishFailure retries a transient failure while attempts remain, and fails
+// the job otherwise.
+func (w *Worker) finishFailure(r *running, herr error) string {
+	c := &r.claim
+	var fe *Error
+	if !errors.As(herr, &fe) {
+		if isTransientDB(herr) {
+			fe = &Error{Code: CodeTargetUnavailable, Transient: true, Err: herr}
+		} else {
+			fe = &Error{Code: CodeInternalError, Err: herr}
+		}
+	}
+	if fe.Transient && c.Attempt < c.MaxAttempts {
+		delay := backoff(w.cfg.RetryBaseDelay, w.cfg.RetryMaxDelay, c.Attempt)
+		return w.fencedWrite(r, metrics.OutcomeRetried, func(ctx context.Context) error {
+			return lease.Retry(ctx, w.exec, c.Ref, delay)
+		})
+	}
+	code := fe.Code
+	if fe.Transient {
+		code = CodeTargetUnavailable
+	}
+	return w.fencedWrite(r, metrics.OutcomeFailed, func(ctx context.Context) error {
+		return lease.Fail(ctx, w.exec, c.Ref, code)
+	})
+}
+
+// fencedWrite runs one fenced statement. Zero rows (lease.ErrLost) is final:
+// the loss is classified and the write never repeated. A database error is
+// tried again a few times while the lease is still ours by the worker's own
+// conservative clock; then the claim is abandoned to expire (nothing was
+// written, so another worker redoes it).
+func (w *Worker) fencedWrite(r *running, success string, write func(ctx context.Context) error) string {
+	var err error
+	for i := range writeAttempts {
+		ctx, cancel := context.WithTimeout(w.lifeCtx, w.cfg.RenewInterval)
+		err = write(ctx)
+		cancel()
+		if err == nil {
+			return success
+		}
+		if errors.Is(err, lease.ErrLost) {
+			w.markLost(r, metrics.LostFencedWrite)
+			return w.classifyLost(r)
+		}
+		if !w.sleepWithinLease(r, time.Duration(50<<i)*time.Millisecond) {
+			break
+		}
+	}
+	w.log.Warn("fenced write failed; the claim is abandoned to expire", "error_class", errorClass(err))
+	return ""
+}
+
+// sleepWithinLease waits d unless that would pass the claim's conservative
+// deadline or the worker is being torn down; it reports whether it waited.
+func (w *Worker) sleepWithinLease(r *running, d time.Duration) bool {
+	w.mu.Lock()
+	deadline := r.localDeadline
+	w.mu.Unlock()
+	if time.Until(deadline) < d+time.Second {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.lifeCtx.Done():
+		return false
+	}
+}
+
+// classifyLost reads why a lease was lost: cancelled when the job is now
+// CANCELLED, stale otherwise.
+func (w *Worker) classifyLost(r *running) string {
+	ctx, cancel := context.WithTimeout(w.lifeCtx, 5*time.Second)
+	defer cancel()
+	st, err := lease.InspectLost(ctx, w.exec, r.claim.JobID)
+	r.sinceCancel = st.SinceCancelled
+	if err == nil && st.Status == pg.StatusCancelled {
+		return metrics.OutcomeCancelled
+	}
+	return metrics.OutcomeStale
+}
+
+func (w *Worker) observeCancelToStop(r *running, returned time.Time) {
+	// sinceCancel was read after the handler returned; subtract that gap.
+	d := r.sinceCancel - time.Since(returned)
+	if d < 0 {
+		d = 0
+	}
+	w.m.CancelToStop.Observe(d.Seconds())
+}
+
+// isTransientDB reports a retryable database error.
+func isTransientDB(err error) bool { return pg.IsTransient(err) }

@@ -1,0 +1,52 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Failure codes the worker writes (contract.md "Worker failure codes").
+const (
+	CodeTargetUnavailable = "etl_target_unavailable"
+	CodeTargetFailure     = "etl_target_failure"
+	CodeIntegrityFailure  = "etl_job_integrity_failure"
+	CodeInternalError     = "etl_internal_error"
+)
+
+// Typed causes a handler's context is cancelled with; read them with
+// context.Cause.
+var (
+	// ErrLeaseLost: a renewal or fenced write matched zero rows, or renewal
+	// could not confirm the lease before the safety margin ran out.
+	ErrLeaseLost = errors.New("lease lost")
+	// ErrRevoked: a revocation for this job arrived (the job was cancelled).
+	ErrRevoked = errors.New("lease revoked")
+	// ErrShutdown: the worker is stopping and the grace period ended.
+	ErrShutdown = errors.New("worker shutting down")
+)
+
+// Error is a handler failure with a stable code. Transient failures are
+// retried with backoff while attempts remain; the others fail the job at once.
+type Error struct {
+	Code      string
+	Transient bool
+	Err       error
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: %v", e.Code, e.Err)
+	}
+	return e.Code
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Permanent returns a failure that fails the job at once with code.
+func Permanent(code string, err error) error { return &Error{Code: code, Err: err} }
+
+// Transient returns a failure that is retried while attempts remain and fails
+// the job with etl_target_unavailable after the last attempt.
+func Transient(err error) error {
+	return &Error{Code: CodeTargetUnavailable, Transient: true, Err: err}
+}

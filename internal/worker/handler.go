@@ -1,0 +1,141 @@
+package worker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mightyetl/mightyetl/internal/etl"
+	"github.com/mightyetl/mightyetl/internal/lease"
+	"github.com/mightyetl/mightyetl/internal/pg"
+)
+
+// Output is what a successful handler hands to the completer: the target rows
+// and the ledger's response text. The worker writes them in the finish
+// transaction only if the job's exact lease still holds.
+type Output struct {
+	Rows         []etl.TargetRow
+	ResponseText string
+}
+
+// Handler computes a job. It runs outside any transaction and must return
+// promptly once ctx is done (context.Cause tells why). It returns an *Error
+// (or any error, classified as internal) on failure.
+type Handler func(ctx context.Context, c *lease.Claim) (Output, error)
+
+// verifyDigest fails closed when the stored payload no longer matches the
+// digest recorded at submission.
+func verifyDigest(c *lease.Claim) error {
+	sum := sha256.Sum256([]byte(c.Payload))
+	if hex.EncodeToString(sum[:]) != c.RequestDigest {
+		return Permanent(CodeIntegrityFailure, errors.New("payload digest mismatch"))
+	}
+	return nil
+}
+
+func transform(c *lease.Claim, records []byte, maxRecords int) (Output, error) {
+	rows, err := etl.Process(records, maxRecords)
+	if err != nil {
+		var ee *etl.Error
+		if errors.As(err, &ee) {
+			return Output{}, Permanent(ee.Code, err)
+		}
+		return Output{}, Permanent(CodeInternalError, err)
+	}
+	out := Output{Rows: make([]etl.TargetRow, len(rows)), ResponseText: etl.ResponseText(rows)}
+	for i, r := range rows {
+		out.Rows[i] = etl.TargetRow{JobID: c.JobID, Data: r.Data, Normalized: r.Normalized}
+	}
+	return out, nil
+}
+
+// ETLHandler transforms an etl_records job's payload into processed_data rows.
+func ETLHandler(maxRecords int) Handler {
+	return func(ctx context.Context, c *lease.Claim) (Output, error) {
+		if err := verifyDigest(c); err != nil {
+			return Output{}, err
+		}
+		return transform(c, []byte(c.Payload), maxRecords)
+	}
+}
+
+// DiagnosticSpec is the payload of a diagnostic job.
+type DiagnosticSpec struct {
+	DurationMillis int64           `json:"durationMillis"`
+	Records        json.RawMessage `json:"records"`
+	FailWith       *string         `json:"failWith"`
+}
+
+// Diagnostic failure modes.
+const (
+	FailWithTransient = "transient"
+	FailWithPermanent = "permanent"
+	// CodeDiagnosticFailure is the code of a diagnostic job asked to fail permanently.
+	CodeDiagnosticFailure = "etl_diagnostic_requested_failure"
+	// MaxDiagnosticDuration bounds durationMillis.
+	MaxDiagnosticDuration = 24 * time.Hour
+)
+
+// ParseDiagnostic decodes and bounds a diagnostic payload. Records default to
+// an empty batch.
+func ParseDiagnostic(payload []byte) (DiagnosticSpec, error) {
+	var s DiagnosticSpec
+	if err := json.Unmarshal(payload, &s); err != nil {
+		return s, fmt.Errorf("diagnostic payload: %w", err)
+	}
+	if s.DurationMillis < 0 || time.Duration(s.DurationMillis)*time.Millisecond > MaxDiagnosticDuration {
+		return s, errors.New("diagnostic payload: durationMillis out of range")
+	}
+	if s.FailWith != nil && *s.FailWith != FailWithTransient && *s.FailWith != FailWithPermanent {
+		return s, errors.New("diagnostic payload: failWith must be null, transient or permanent")
+	}
+	if len(s.Records) == 0 || string(s.Records) == "null" {
+		s.Records = json.RawMessage("[]")
+	}
+	return s, nil
+}
+
+// DiagnosticHandler waits durationMillis while honouring its context, then
+// loads its records like an ETL job or fails as asked. Canary probes,
+// benchmarks and fault tests use it.
+func DiagnosticHandler(maxRecords int) Handler {
+	return func(ctx context.Context, c *lease.Claim) (Output, error) {
+		if err := verifyDigest(c); err != nil {
+			return Output{}, err
+		}
+		spec, err := ParseDiagnostic([]byte(c.Payload))
+		if err != nil {
+			return Output{}, Permanent(etl.CodeInvalidRecord, err)
+		}
+		if d := time.Duration(spec.DurationMillis) * time.Millisecond; d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return Output{}, context.Cause(ctx)
+			}
+		}
+		if spec.FailWith != nil {
+			switch *spec.FailWith {
+			case FailWithTransient:
+				return Output{}, Transient(errors.New("diagnostic transient failure"))
+			case FailWithPermanent:
+				return Output{}, Permanent(CodeDiagnosticFailure, errors.New("diagnostic permanent failure"))
+			}
+		}
+		return transform(c, spec.Records, maxRecords)
+	}
+}
+
+// DefaultHandlers maps every job kind to its handler.
+func DefaultHandlers(maxRecords int) map[string]Handler {
+	return map[string]Handler{
+		pg.KindETLRecords: ETLHandler(maxRecords),
+		pg.KindDiagnostic: DiagnosticHandler(maxRecords),
+	}
+}

@@ -1,0 +1,397 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mightyetl/mightyetl/internal/lease"
+	"github.com/mightyetl/mightyetl/internal/metrics"
+)
+
+// Config tunes a Worker. Validate it with internal/config before use; New
+// fills zero values with the defaults noted.
+type Config struct {
+	// OwnerID identifies this worker in lease_owner_id ([A-Za-z0-9._:-]{8,128}).
+	OwnerID string
+	// Concurrency is the number of execution slots (default 8).
+	Concurrency int
+	// PollInterval is the fallback claim interval when no wake-up arrives (default 1s).
+	PollInterval time.Duration
+	// LeaseDuration is each lease's length from the database clock (default 30s).
+	LeaseDuration time.Duration
+	// RenewInterval is the renewal period for all live claims (default 10s).
+	RenewInterval time.Duration
+	// SafetyMargin is the minimum lease time the worker keeps in hand (default 5s);
+	// used by configuration validation.
+	SafetyMargin time.Duration
+	// RetryBaseDelay and RetryMaxDelay bound the full-jitter exponential
+	// backoff of transient failures (defaults 1s and 5m).
+	RetryBaseDelay, RetryMaxDelay time.Duration
+	// ShutdownGrace is how long Stop waits for running handlers before
+	// cancelling and releasing them (default 30s).
+	ShutdownGrace time.Duration
+	// FinishBatch is the most jobs one finish transaction commits (default 256).
+	FinishBatch int
+	// Completers is the number of concurrent finish transactions (default 2).
+	Completers int
+	// MaxBatchRecords bounds records per job when transforming (default 100000).
+	MaxBatchRecords int
+}
+
+func (c *Config) defaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 8
+	}
+	def(&c.PollInterval, time.Second)
+	def(&c.LeaseDuration, 30*time.Second)
+	def(&c.RenewInterval, 10*time.Second)
+	def(&c.SafetyMargin, 5*time.Second)
+	def(&c.RetryBaseDelay, time.Second)
+	def(&c.RetryMaxDelay, 5*time.Minute)
+	def(&c.ShutdownGrace, 30*time.Second)
+	if c.FinishBatch == 0 {
+		c.FinishBatch = 256
+	}
+	if c.Completers == 0 {
+		c.Completers = 2
+	}
+	if c.MaxBatchRecords == 0 {
+		c.MaxBatchRecords = 100000
+	}
+	if c.OwnerID == "" {
+		c.OwnerID = "worker-" + uuid.NewString()
+	}
+}
+
+// Worker claims and runs durable jobs. Create it with New, then Start and
+// Stop it once. Wake and Revoke may be called from any goroutine at any time.
+type Worker struct {
+	cfg      Config
+	exec     *pgxpool.Pool
+	renew    *pgxpool.Pool
+	handlers map[string]Handler
+	m        *metrics.Worker
+	log      *slog.Logger
+
+	wake     chan struct{}
+	slotFree chan struct{}
+	finishQ  chan *finishReq
+
+	mu      sync.Mutex
+	live    map[uuid.UUID]*running // claims held now
+	running int
+
+	lifeCtx    context.Context // cancelled by the final stage of Stop
+	lifeCancel context.CancelFunc
+	stopClaim  chan struct{}
+	startOnce  sync.Once
+	stopOnce   sync.Once
+	started    bool
+	producerWG sync.WaitGroup
+	execWG     sync.WaitGroup
+	renewWG    sync.WaitGroup
+	finishWG   sync.WaitGroup
+	renewStop  chan struct{}
+	finishStop chan struct{}
+	stopErr    error
+	stopDone   chan struct{}
+
+	// testHooks lets tests pause the pipeline at exact points.
+	hooks Hooks
+}
+
+// Hooks are optional test seams; nil fields do nothing.
+type Hooks struct {
+	// BeforeFinish runs in the executor after the handler returned and before
+	// the result is committed.
+	BeforeFinish func(c *lease.Claim)
+	// BeforeRenew runs at the start of every renewal round.
+	BeforeRenew func()
+}
+
+// running is one held claim.
+type running struct {
+	claim lease.Claim
+	// localDeadline is the worker's conservative view of the lease expiry
+	// on its monotonic clock: the moment the claim or renewal statement was
+	// sent plus the lease duration. The database expiry is never earlier.
+	localDeadline time.Time
+	cancel        context.CancelCauseFunc
+	lost          bool // renewal stopped for this claim
+	lostReason    string
+	started       time.Time
+	sinceCancel   time.Duration
+}
+
+// New creates a worker. exec runs claims and finishes; renew is a separate
+// small pool used only by the renewer, so handlers that hold every exec
+// connection cannot starve renewal.
+func New(cfg Config, exec, renew *pgxpool.Pool, handlers map[string]Handler, m *metrics.Worker, log *slog.Logger) *Worker {
+	cfg.defaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Worker{
+		cfg: cfg, exec: exec, renew: renew, handlers: handlers, m: m, log: log,
+		wake:       make(chan struct{}, 1),
+		slotFree:   make(chan struct{}, 1),
+		finishQ:    make(chan *finishReq, cfg.Concurrency),
+		live:       make(map[uuid.UUID]*running),
+		stopClaim:  make(chan struct{}),
+		renewStop:  make(chan struct{}),
+		finishStop: make(chan struct{}),
+		stopDone:   make(chan struct{}),
+	}
+}
+
+// SetHooks installs test hooks; call before Start.
+func (w *Worker) SetHooks(h Hooks) { w.hooks = h }
+
+// OwnerID returns the lease owner id this worker claims with.
+func (w *Worker) OwnerID() string { return w.cfg.OwnerID }
+
+// Start launches the producer, renewer and completers and returns at once.
+// It returns an error when called twice.
+func (w *Worker) Start(ctx context.Context) error {
+	err := errors.New("worker already started")
+	w.startOnce.Do(func() {
+		err = nil
+		w.started = true
+		w.lifeCtx, w.lifeCancel = context.WithCancel(context.WithoutCancel(ctx))
+		for range w.cfg.Completers {
+			w.finishWG.Add(1)
+			go w.completer()
+		}
+		w.renewWG.Add(1)
+		go w.renewer()
+		w.producerWG.Add(1)
+		go w.producer()
+		w.log.Info("worker started", "concurrency", w.cfg.Concurrency,
+			"lease_duration", w.cfg.LeaseDuration.String(), "renew_interval", w.cfg.RenewInterval.String())
+	})
+	return err
+}
+
+// Wake asks the producer to claim now (an advisory wake-up). Never blocks.
+func (w *Worker) Wake() {
+	if w.m != nil {
+		w.m.WakeupsReceived.Inc()
+	}
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Revoke cancels the handler of jobID at once with ErrRevoked if this worker
+// holds it; otherwise it does nothing. Revocations are advisory: the
+// database decides, and the handler's finish stays fenced either way.
+func (w *Worker) Revoke(jobID uuid.UUID) {
+	if w.m != nil {
+		w.m.RevocationsHeard.Inc()
+	}
+	w.mu.Lock()
+	r, ok := w.live[jobID]
+	first := ok && !r.lost
+	if first {
+		r.lost, r.lostReason = true, metrics.LostRevoked
+	}
+	w.mu.Unlock()
+	if first {
+		w.m.ClaimsLost.WithLabelValues(metrics.LostRevoked).Inc()
+	}
+	if ok {
+		r.cancel(ErrRevoked)
+	}
+}
+
+// Running returns how many claims the worker holds now.
+func (w *Worker) Running() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.running
+}
+
+// Stop stops claiming, waits up to ShutdownGrace (or ctx) for running jobs,
+// cancels the rest with ErrShutdown and releases their claims, then stops
+// renewal and the completers. Safe to call more than once; later calls wait
+// for the first.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.stopOnce.Do(func() {
+		defer close(w.stopDone)
+		if !w.started {
+			return
+		}
+		close(w.stopClaim)
+		w.producerWG.Wait()
+
+		done := make(chan struct{})
+		go func() { w.execWG.Wait(); close(done) }()
+		grace := time.NewTimer(w.cfg.ShutdownGrace)
+		select {
+		case <-done:
+		case <-grace.C:
+		case <-ctx.Done():
+		}
+		grace.Stop()
+		// Cancel whatever still runs; executors release their claims.
+		w.mu.Lock()
+		for _, r := range w.live {
+			r.cancel(ErrShutdown)
+		}
+		w.mu.Unlock()
+		<-done
+		// Only now stop renewing: every claim is finished or released.
+		close(w.renewStop)
+		w.renewWG.Wait()
+		close(w.finishStop)
+		w.finishWG.Wait()
+		w.lifeCancel()
+		w.log.Info("worker stopped")
+	})
+	<-w.stopDone
+	return w.stopErr
+}
+
+// producer claims whenever slots are free and a reason to look arrives.
+func (w *Worker) producer() {
+	defer w.producerWG.Done()
+	poll := time.NewTicker(w.cfg.PollInterval)
+	defer poll.Stop()
+	for {
+		w.runOnce(w.lifeCtx)
+		select {
+		case <-w.stopClaim:
+			return
+		case <-w.wake:
+		case <-w.slotFree:
+		case <-poll.C:
+		}
+	}
+}
+
+// runOnce claims up to the free slots and starts an executor per claim.
+// Claiming repeats while full batches come back, so a backlog drains without
+// waiting for the poll.
+func (w *Worker) runOnce(ctx context.Context) {
+	for {
+		select {
+		case <-w.stopClaim:
+			return
+		default:
+		}
+		w.mu.Lock()
+		free := w.cfg.Concurrency - w.running
+		w.mu.Unlock()
+		if free <= 0 {
+			return
+		}
+		sent := time.Now()
+		res, err := lease.ClaimJobs(ctx, w.exec, lease.ClaimParams{
+			OwnerID: w.cfg.OwnerID, Limit: free, LeaseDuration: w.cfg.LeaseDuration,
+		})
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("claim failed; will retry at the next poll or wake-up", "error_class", errorClass(err))
+			}
+			return
+		}
+		if res.Exhausted > 0 {
+			w.m.Outcomes.WithLabelValues(metrics.OutcomeFailed).Add(float64(res.Exhausted))
+		}
+		if len(res.Claimed) == 0 {
+			return
+		}
+		w.m.ClaimBatchSize.Observe(float64(len(res.Claimed)))
+		w.m.Outcomes.WithLabelValues(metrics.OutcomeClaimed).Add(float64(len(res.Claimed)))
+		for i := range res.Claimed {
+			w.launch(res.Claimed[i], sent)
+		}
+		if len(res.Claimed) < free {
+			return
+		}
+	}
+}
+
+func (w *Worker) launch(c lease.Claim, sent time.Time) {
+	w.m.PickupLatency.Observe(c.PickupDelay.Seconds())
+	ctx, cancel := context.WithCancelCause(w.lifeCtx)
+	r := &running{claim: c, localDeadline: sent.Add(w.cfg.LeaseDuration), cancel: cancel, started: time.Now()}
+	w.mu.Lock()
+	w.live[c.JobID] = r
+	w.running++
+	w.m.RunningJobs.Set(float64(w.running))
+	w.mu.Unlock()
+	w.execWG.Add(1)
+	go w.execute(ctx, r)
+}
+
+// done forgets a claim and frees its slot.
+func (w *Worker) done(r *running) {
+	r.cancel(context.Canceled)
+	w.mu.Lock()
+	if w.live[r.claim.JobID] == r {
+		delete(w.live, r.claim.JobID)
+		w.running--
+		w.m.RunningJobs.Set(float64(w.running))
+	}
+	w.mu.Unlock()
+	select {
+	case w.slotFree <- struct{}{}:
+	default:
+	}
+}
+
+// markLost stops renewal for r and cancels its handler with ErrLeaseLost.
+func (w *Worker) markLost(r *running, reason string) {
+	w.mu.Lock()
+	first := !r.lost
+	if first {
+		r.lost, r.lostReason = true, reason
+	}
+	w.mu.Unlock()
+	if first {
+		w.m.ClaimsLost.WithLabelValues(reason).Inc()
+	}
+	r.cancel(ErrLeaseLost)
+}
+
+// backoff is full-jitter exponential: uniform in [0, min(max, base·2^(attempt-1))].
+func backoff(base, maxDelay time.Duration, attempt int) time.Duration {
+	d := base
+	for i := 1; i < attempt && d < maxDelay; i++ {
+		d *= 2
+	}
+	d = min(d, maxDelay)
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(d) + 1))
+}
+
+// errorClass maps an error to a fixed, payload-free word for logs.
+func errorClass(err error) string {
+	switch {
+	case err == nil:
+		return "none"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case isTransientDB(err):
+		return "database_unavailable"
+	default:
+		return "database_error"
+	}
+}

@@ -1,0 +1,451 @@
+package worker_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mightyetl/mightyetl/internal/lease"
+	"github.com/mightyetl/mightyetl/internal/metrics"
+	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/pgtest"
+	"github.com/mightyetl/mightyetl/internal/worker"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
+	)
+}
+
+func sha(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+type jobSpec struct {
+	kind        string
+	payload     string
+	maxAttempts int
+}
+
+func insert(t *testing.T, pool *pgxpool.Pool, specs ...jobSpec) []uuid.UUID {
+	t.Helper()
+	jobs := make([]pg.NewJob, len(specs))
+	for i, s := range specs {
+		if s.maxAttempts == 0 {
+			s.maxAttempts = 3
+		}
+		if s.kind == "" {
+			s.kind = pg.KindETLRecords
+		}
+		jobs[i] = pg.NewJob{JobID: uuid.New(), Kind: s.kind, PrincipalScopeHash: sha("owner"),
+			SubmissionKeyHash: sha(uuid.NewString()), RequestDigest: sha(s.payload), Payload: s.payload, MaxAttempts: s.maxAttempts}
+	}
+	// Insert in chunks to keep statements small.
+	var ids []uuid.UUID
+	for start := 0; start < len(jobs); start += 500 {
+		end := min(start+500, len(jobs))
+		ins, err := pg.InsertJobs(context.Background(), pool, jobs[start:end])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, in := range ins {
+			ids = append(ids, in.JobID)
+		}
+	}
+	return ids
+}
+
+func records(n int, tag string) string {
+	var b strings.Builder
+	b.WriteString("[")
+	for i := range n {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"id":"%s-%d","name":"jane","amount":"12.345"}`, tag, i)
+	}
+	b.WriteString("]")
+	return b.String()
+}
+
+func diagnostic(d time.Duration, failWith string, recs int) string {
+	spec := map[string]any{"durationMillis": d.Milliseconds(), "records": json.RawMessage(records(recs, uuid.NewString()[:8]))}
+	if failWith != "" {
+		spec["failWith"] = failWith
+	} else {
+		spec["failWith"] = nil
+	}
+	b, _ := json.Marshal(spec)
+	return string(b)
+}
+
+type harness struct {
+	w   *worker.Worker
+	m   *metrics.Worker
+	reg *prometheus.Registry
+}
+
+func newWorker(t *testing.T, url string, cfg worker.Config, hooks worker.Hooks) *harness {
+	t.Helper()
+	exec := pgtest.NewPool(t, url, int32(min(cfg.Concurrency+4, 20)))
+	renew := pgtest.NewPool(t, url, 2)
+	reg := prometheus.NewRegistry()
+	m := metrics.NewWorker(reg)
+	w := worker.New(cfg, exec, renew, worker.DefaultHandlers(100000), m, nil)
+	w.SetHooks(hooks)
+	return &harness{w: w, m: m, reg: reg}
+}
+
+func (h *harness) start(t *testing.T) {
+	t.Helper()
+	if err := h.w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.w.Stop(context.Background()) })
+}
+
+func (h *harness) outcome(o string) float64 {
+	return testutil.ToFloat64(h.m.Outcomes.WithLabelValues(o))
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func jobState(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) (status string, attempts int, code *string) {
+	t.Helper()
+	if err := pool.QueryRow(context.Background(), `SELECT job_status, attempt_count, failure_code FROM etl_job_records WHERE job_record_id=$1`, id).Scan(&status, &attempts, &code); err != nil {
+		t.Fatal(err)
+	}
+	return
+}
+
+func fastConfig() worker.Config {
+	return worker.Config{Concurrency: 8, PollInterval: 20 * time.Millisecond, LeaseDuration: 30 * time.Second,
+		RenewInterval: 10 * time.Second, SafetyMargin: 5 * time.Second, RetryBaseDelay: time.Millisecond,
+		RetryMaxDelay: time.Millisecond, ShutdownGrace: 5 * time.Second}
+}
+
+func TestFourWorkersDrainThousandJobsExactlyOnce(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	specs := make([]jobSpec, 1000)
+	for i := range specs {
+		specs[i] = jobSpec{payload: records(1+i%3, fmt.Sprint("j", i))}
+	}
+	ids := insert(t, pool, specs...)
+	var hs []*harness
+	for i := range 4 {
+		cfg := fastConfig()
+		cfg.OwnerID = fmt.Sprintf("drain-worker-%d", i)
+		h := newWorker(t, url, cfg, worker.Hooks{})
+		h.start(t)
+		hs = append(hs, h)
+	}
+	waitFor(t, 2*time.Minute, "all jobs succeeded", func() bool {
+		return count(t, pool, `SELECT count(*) FROM etl_job_records WHERE job_status='SUCCEEDED'`) == 1000
+	})
+	// Exactly once: per job, processed rows equal its record count.
+	perJob := map[uuid.UUID]int{}
+	rows, err := pool.Query(context.Background(), `SELECT job_record_id, count(*) FROM processed_data GROUP BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id uuid.UUID
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
+			t.Fatal(err)
+		}
+		perJob[id] = n
+	}
+	rows.Close()
+	for i, id := range ids {
+		if want := 1 + i%3; perJob[id] != want {
+			t.Fatalf("job %d loaded %d rows, want %d", i, perJob[id], want)
+		}
+	}
+	if n := count(t, pool, `SELECT count(*) FROM etl_idempotency_records WHERE job_record_id IS NOT NULL`); n != 1000 {
+		t.Fatalf("ledger rows %d, want 1000", n)
+	}
+	// No job was ever owned by two live leases: nothing was reclaimed, so
+	// every job ran under exactly one claim.
+	if n := count(t, pool, `SELECT count(*) FROM etl_job_records WHERE attempt_count <> 1 OR request_payload IS NOT NULL OR lease_claim_id IS NOT NULL`); n != 0 {
+		t.Fatalf("%d jobs with attempt_count <> 1 or leftover payload/lease", n)
+	}
+	var total float64
+	for _, h := range hs {
+		total += h.outcome(metrics.OutcomeSucceeded)
+		if h.outcome(metrics.OutcomeStale) != 0 {
+			t.Fatal("stale outcome in a healthy drain")
+		}
+	}
+	if total != 1000 {
+		t.Fatalf("succeeded outcomes %v", total)
+	}
+}
+
+// pause blocks the executor of matching jobs at BeforeFinish until released.
+type pause struct {
+	once    sync.Once
+	reached chan uuid.UUID
+	release chan struct{}
+}
+
+// newPause returns a barrier that is always opened when the test ends, so a
+// failing test never leaves an executor blocked.
+func newPause(t *testing.T) *pause {
+	p := &pause{reached: make(chan uuid.UUID, 16), release: make(chan struct{})}
+	t.Cleanup(p.open)
+	return p
+}
+
+func (p *pause) open() { p.once.Do(func() { close(p.release) }) }
+
+func (p *pause) hook(c *lease.Claim) {
+	p.reached <- c.JobID
+	<-p.release
+}
+
+func TestStaleWorkerLateFinishRollsBackAfterReclaim(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	ids := insert(t, pool, jobSpec{payload: records(3, "fence")})
+	p := newPause(t)
+	cfgA := fastConfig()
+	cfgA.OwnerID = "stale-worker-a"
+	cfgA.Concurrency = 1 // the paused job fills A's only slot: A cannot reclaim it itself
+	a := newWorker(t, url, cfgA, worker.Hooks{BeforeFinish: p.hook})
+	a.start(t)
+	// A computed the result and is paused before its finish transaction.
+	got := <-p.reached
+	if got != ids[0] {
+		t.Fatalf("paused on %v", got)
+	}
+	// The database clock says A's lease is over; B reclaims and succeeds.
+	if _, err := pool.Exec(context.Background(), `UPDATE etl_job_records SET lease_expires_at = clock_timestamp() - interval '1 ms' WHERE job_record_id=$1`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	cfgB := fastConfig()
+	cfgB.OwnerID = "fresh-worker-b"
+	b := newWorker(t, url, cfgB, worker.Hooks{})
+	b.start(t)
+	waitFor(t, 30*time.Second, "B succeeded", func() bool { return b.outcome(metrics.OutcomeSucceeded) == 1 })
+	p.open()
+	waitFor(t, 30*time.Second, "A counted stale", func() bool { return a.outcome(metrics.OutcomeStale) == 1 })
+	if a.outcome(metrics.OutcomeSucceeded) != 0 {
+		t.Fatal("stale worker counted a success")
+	}
+	if n := count(t, pool, `SELECT count(*) FROM processed_data WHERE job_record_id=$1`, ids[0]); n != 3 {
+		t.Fatalf("processed rows %d, want exactly 3 (B's)", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM etl_idempotency_records WHERE job_record_id=$1`, ids[0]); n != 1 {
+		t.Fatalf("ledger rows %d, want 1", n)
+	}
+	st, attempts, _ := jobState(t, pool, ids[0])
+	if st != pg.StatusSucceeded || attempts != 2 {
+		t.Fatalf("state %s attempts %d", st, attempts)
+	}
+}
+
+func TestGracefulShutdownReleasesClaimsForImmediateReclaim(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(time.Hour, "", 1)},
+		jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(time.Hour, "", 1)})
+	cfg := fastConfig()
+	cfg.OwnerID = "shutdown-worker"
+	cfg.ShutdownGrace = 50 * time.Millisecond
+	a := newWorker(t, url, cfg, worker.Hooks{})
+	a.start(t)
+	waitFor(t, 30*time.Second, "both running", func() bool { return a.w.Running() == 2 })
+	if err := a.w.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if a.outcome(metrics.OutcomeReleased) != 2 {
+		t.Fatalf("released %v", a.outcome(metrics.OutcomeReleased))
+	}
+	for _, id := range ids {
+		st, attempts, _ := jobState(t, pool, id)
+		if st != pg.StatusPending || attempts != 0 {
+			t.Fatalf("after release: %s attempts %d", st, attempts)
+		}
+	}
+	// Another worker takes them at once: no waiting for lease expiry.
+	res, err := lease.ClaimJobs(context.Background(), pool, lease.ClaimParams{OwnerID: "next-worker", Limit: 5, LeaseDuration: time.Minute})
+	if err != nil || len(res.Claimed) != 2 {
+		t.Fatalf("reclaim after release: %d %v", len(res.Claimed), err)
+	}
+}
+
+func TestFailureCodesAndRetries(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	ids := insert(t, pool,
+		jobSpec{payload: `[{"id":"a","amount":"not-a-number"}]`},                                 // deterministic record failure
+		jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(0, "permanent", 0)},                 // requested permanent
+		jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(0, "transient", 0), maxAttempts: 3}, // retried, then exhausted
+		jobSpec{payload: records(2, "ok")},
+		jobSpec{payload: records(1, "tampered")},
+	)
+	// Tamper with the stored payload of the last job: the digest no longer matches.
+	if _, err := pool.Exec(context.Background(), `UPDATE etl_job_records SET request_payload = '[{"id":"evil"}]' WHERE job_record_id=$1`, ids[4]); err != nil {
+		t.Fatal(err)
+	}
+	h := newWorker(t, url, fastConfig(), worker.Hooks{})
+	h.start(t)
+	waitFor(t, 60*time.Second, "all terminal", func() bool {
+		return count(t, pool, `SELECT count(*) FROM etl_job_records WHERE job_status IN ('SUCCEEDED','FAILED')`) == 5
+	})
+	want := []struct {
+		status   string
+		code     string
+		attempts int
+	}{
+		{"FAILED", "etl_invalid_record", 1},
+		{"FAILED", worker.CodeDiagnosticFailure, 1},
+		{"FAILED", "etl_target_unavailable", 3},
+		{"SUCCEEDED", "", 1},
+		{"FAILED", "etl_job_integrity_failure", 1},
+	}
+	for i, w := range want {
+		st, attempts, code := jobState(t, pool, ids[i])
+		got := ""
+		if code != nil {
+			got = *code
+		}
+		if st != w.status || got != w.code || attempts != w.attempts {
+			t.Errorf("job %d: %s %q attempts %d, want %s %q %d", i, st, got, attempts, w.status, w.code, w.attempts)
+		}
+	}
+	if h.outcome(metrics.OutcomeRetried) != 2 {
+		t.Errorf("retried %v, want 2", h.outcome(metrics.OutcomeRetried))
+	}
+	if n := count(t, pool, `SELECT count(*) FROM etl_job_records WHERE job_status IN ('SUCCEEDED','FAILED') AND request_payload IS NOT NULL`); n != 0 {
+		t.Fatalf("%d terminal rows kept their payload", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM processed_data WHERE job_record_id <> $1`, ids[3]); n != 0 {
+		t.Fatalf("failed jobs loaded %d rows", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM etl_outbox_events WHERE event_kind='job_lifecycle'`); n != 5 {
+		t.Fatalf("lifecycle events %d, want 5", n)
+	}
+}
+
+func TestDatabaseClockDecidesLeaseLossWhateverTheHostThinks(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(time.Hour, "", 0)})
+	cfg := fastConfig()
+	cfg.OwnerID = "clock-worker"
+	h := newWorker(t, url, cfg, worker.Hooks{})
+	h.start(t)
+	waitFor(t, 30*time.Second, "running", func() bool { return h.w.Running() == 1 })
+	// The worker's own view leaves ~30s; the database says the lease is over.
+	if _, err := pool.Exec(context.Background(), `UPDATE etl_job_records SET lease_expires_at = clock_timestamp() - interval '1 ms' WHERE job_record_id=$1`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	h.w.RenewOnce()
+	waitFor(t, 30*time.Second, "handler stopped as stale", func() bool { return h.outcome(metrics.OutcomeStale) == 1 })
+	if v := testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalStale)); v != 1 {
+		t.Fatalf("stale renewals %v", v)
+	}
+	st, _, _ := jobState(t, pool, ids[0])
+	if st != pg.StatusRunning {
+		t.Fatalf("the stale worker wrote the job: %s", st)
+	}
+}
+
+func TestLongJobRenewsAndStaysSinglyOwned(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(5*time.Second, "", 2)})
+	cfg := fastConfig()
+	cfg.OwnerID = "renewing-worker"
+	cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin = time.Second, 250*time.Millisecond, 100*time.Millisecond
+	h := newWorker(t, url, cfg, worker.Hooks{})
+	h.start(t)
+	waitFor(t, 30*time.Second, "running", func() bool { return h.w.Running() == 1 })
+	// A rival keeps trying to claim the whole time; it must never get the job.
+	rivalErr := make(chan error, 1)
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				rivalErr <- nil
+				return
+			default:
+			}
+			res, err := lease.ClaimJobs(context.Background(), pool, lease.ClaimParams{OwnerID: "rival-worker", Limit: 1, LeaseDuration: time.Second})
+			if err != nil {
+				rivalErr <- err
+				return
+			}
+			if len(res.Claimed) > 0 || res.Exhausted > 0 {
+				rivalErr <- errors.New("rival claimed a renewed job")
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	waitFor(t, 60*time.Second, "long job succeeded", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 1 })
+	close(stop)
+	if err := <-rivalErr; err != nil {
+		t.Fatal(err)
+	}
+	st, attempts, _ := jobState(t, pool, ids[0])
+	if st != pg.StatusSucceeded || attempts != 1 {
+		t.Fatalf("state %s attempts %d", st, attempts)
+	}
+	if v := testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalRenewed)); v < 5 {
+		t.Fatalf("renewals %v, want at least 5", v)
+	}
+}
+
+func TestRevokeCancelsHandlerWithTypedCause(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(time.Hour, "", 0)})
+	h := newWorker(t, url, fastConfig(), worker.Hooks{})
+	h.start(t)
+	waitFor(t, 30*time.Second, "running", func() bool { return h.w.Running() == 1 })
+	h.w.Revoke(uuid.New()) // not ours: nothing happens
+	if h.w.Running() != 1 {
+		t.Fatal("foreign revocation stopped a job")
+	}
+	h.w.Revoke(ids[0])
+	// Nobody cancelled in the database, so the loss is counted stale and the job stays RUNNING.
+	waitFor(t, 30*time.Second, "handler stopped", func() bool { return h.w.Running() == 0 })
+	if h.outcome(metrics.OutcomeStale) != 1 {
+		t.Fatalf("stale %v", h.outcome(metrics.OutcomeStale))
+	}
+	if v := testutil.ToFloat64(h.m.ClaimsLost.WithLabelValues(metrics.LostRevoked)); v != 1 {
+		t.Fatalf("lost(revoked) %v", v)
+	}
+}
