@@ -35,7 +35,7 @@ func IsTransient(err error) bool {
 		case pgErr.Code == "57014": // query_canceled (statement_timeout)
 			return true
 		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
-			strings.HasPrefix(pgErr.Code, "53"), // insufficient resources
+			strings.HasPrefix(pgErr.Code, "53"),  // insufficient resources
 			strings.HasPrefix(pgErr.Code, "57P"): // admin/crash shutdown, cannot connect now
 			return true
 		}
