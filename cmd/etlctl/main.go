@@ -1,0 +1,44 @@
+// Command etlctl is mightyETL's operator tool:
+//
+//	etlctl migrate up|down|status   apply, roll back one, or list migrations (creates the database if missing)
+//	etlctl credentials hash NAME    read a password on stdin, print the "NAME:argon2id-hash" line
+//	etlctl dev                      run the whole system in one process (see README)
+//
+// Settings come from flags and MIGHTYETL_* / DATABASE_URL variables like the
+// other binaries. Exit status 2 means bad usage or configuration.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+const usage = `usage:
+  etlctl migrate up|down|status
+  etlctl credentials hash <principal>   (password on standard input)
+  etlctl dev [flags]`
+
+func run(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "migrate":
+		return runMigrate(args[1:])
+	case "credentials":
+		return runCredentials(args[1:])
+	case "dev":
+		return runDev(args[1:])
+	case "-h", "--help", "help":
+		fmt.Println(usage)
+		return 0
+	default:
+		fmt.Fprintf(os.Stderr, "etlctl: unknown command %q\n%s\n", args[0], usage)
+		return 2
+	}
+}

@@ -1,0 +1,63 @@
+// Command worker runs mightyETL jobs: it claims durable jobs from PostgreSQL
+// under exact leases, renews them while they run, and commits their results
+// fenced by the lease. Configure it with flags or MIGHTYETL_* variables (see
+// README); a bad setting exits with status 2 and one line.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/mightyetl/mightyetl/internal/config"
+	"github.com/mightyetl/mightyetl/internal/worker"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	cfg, loader, err := config.LoadWorker(os.Args[1:], os.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "usage: worker [flags]")
+		loader.Usage(os.Stderr)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "worker: invalid configuration: %v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "worker")
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	p, err := worker.NewProcess(ctx, cfg, loader.Provenance(), true, log)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "worker: %v\n", err)
+		return 1
+	}
+	stopNATS, err := connectNATS(ctx, cfg, p.Worker, log)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "worker: %v\n", err)
+		return 1
+	}
+	defer stopNATS()
+	if err := p.Start(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "worker: %v\n", err)
+		return 1
+	}
+	log.Info("worker ready", "metrics_addr", p.MetricsAddr())
+	<-ctx.Done()
+	log.Info("shutdown requested; draining")
+	if err := p.Stop(context.WithoutCancel(ctx)); err != nil {
+		fmt.Fprintf(os.Stderr, "worker: stop: %v\n", err)
+		return 1
+	}
+	return 0
+}

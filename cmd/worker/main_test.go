@@ -1,0 +1,230 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/pgtest"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// workerBinary builds cmd/worker once per test process.
+func workerBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "mightyetl-worker-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "worker")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+type proc struct {
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	done   chan error
+}
+
+func startWorker(t *testing.T, env ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(workerBinary(t))
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, stderr: &stderr, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+func sha(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+func insertJob(t *testing.T, pool *pgxpool.Pool, kind, payload string) uuid.UUID {
+	t.Helper()
+	ins, err := pg.InsertJobs(context.Background(), pool, []pg.NewJob{{Kind: kind, PrincipalScopeHash: sha("p"),
+		SubmissionKeyHash: sha(uuid.NewString()), RequestDigest: sha(payload), Payload: payload, MaxAttempts: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ins[0].JobID
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func statusOf(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) (status string, owner *string) {
+	t.Helper()
+	if err := pool.QueryRow(context.Background(), `SELECT job_status, lease_owner_id FROM etl_job_records WHERE job_record_id=$1`, id).Scan(&status, &owner); err != nil {
+		t.Fatal(err)
+	}
+	return
+}
+
+func TestBinaryRunsJobsAndDrainsOnSIGTERM(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	var ids []uuid.UUID
+	for i := range 20 {
+		ids = append(ids, insertJob(t, pool, pg.KindETLRecords, fmt.Sprintf(`[{"id":"r%d","name":"ada","email":"ADA@EXAMPLE.COM","amount":"1.005"}]`, i)))
+	}
+	p := startWorker(t, "DATABASE_URL="+url, "MIGHTYETL_METRICS_ADDR=127.0.0.1:0", "MIGHTYETL_WORKER_POLL_INTERVAL=50ms")
+	waitFor(t, time.Minute, "jobs succeeded", func() bool {
+		var n int
+		_ = pool.QueryRow(context.Background(), `SELECT count(*) FROM etl_job_records WHERE job_status='SUCCEEDED'`).Scan(&n)
+		return n == len(ids)
+	})
+	var data string
+	if err := pool.QueryRow(context.Background(), `SELECT data FROM processed_data WHERE job_record_id=$1`, ids[0]).Scan(&data); err != nil {
+		t.Fatal(err)
+	}
+	if data != "ID:r0,NAME:ADA,EMAIL:ada@example.com,AMOUNT:1.01," {
+		t.Fatalf("loaded %q", data)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		p.done <- err
+		if err != nil {
+			t.Fatalf("worker exited with %v; stderr:\n%s", err, p.stderr)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("worker did not stop on SIGTERM")
+	}
+}
+
+func TestBinaryRejectsBadConfigurationWithOneLine(t *testing.T) {
+	cases := map[string][]string{
+		"zero interval":        {"MIGHTYETL_LEASE_RENEW_INTERVAL=0s"},
+		"negative interval":    {"MIGHTYETL_LEASE_RENEW_INTERVAL=-1s"},
+		"interval equal lease": {"MIGHTYETL_LEASE_DURATION=30s", "MIGHTYETL_LEASE_RENEW_INTERVAL=30s"},
+		"insufficient margin":  {"MIGHTYETL_LEASE_DURATION=10s", "MIGHTYETL_LEASE_RENEW_INTERVAL=3s", "MIGHTYETL_LEASE_SAFETY_MARGIN=8s"},
+		"lease too short":      {"MIGHTYETL_LEASE_DURATION=500ms"},
+		"attempts":             {"MIGHTYETL_MAX_ATTEMPTS=0"},
+		"worker id":            {"MIGHTYETL_WORKER_ID=short"},
+		"concurrency":          {"MIGHTYETL_WORKER_CONCURRENCY=abc"},
+	}
+	for name, env := range cases {
+		t.Run(name, func(t *testing.T) {
+			cmd := exec.Command(workerBinary(t))
+			cmd.Env = append(os.Environ(), env...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			ee, ok := err.(*exec.ExitError)
+			if !ok || ee.ExitCode() != 2 {
+				t.Fatalf("exit %v, want status 2; stderr %q", err, stderr.String())
+			}
+			lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+			if len(lines) != 1 || !strings.Contains(lines[0], "MIGHTYETL_") {
+				t.Fatalf("want one line naming the setting, got %q", stderr.String())
+			}
+		})
+	}
+}
+
+// TestSIGKILLedWorkersJobIsReclaimedAfterDatabaseExpiry is the crash-recovery
+// black box: worker A holds a job and is killed with SIGKILL; worker B takes
+// it once the database says A's lease expired, with a greater fencing token,
+// and loads it exactly once.
+func TestSIGKILLedWorkersJobIsReclaimedAfterDatabaseExpiry(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	payload := `{"durationMillis":1500,"records":[{"id":"k1"},{"id":"k2"}],"failWith":null}`
+	id := insertJob(t, pool, pg.KindDiagnostic, payload)
+	common := []string{"DATABASE_URL=" + url, "MIGHTYETL_METRICS_ADDR=127.0.0.1:0", "MIGHTYETL_WORKER_POLL_INTERVAL=50ms",
+		"MIGHTYETL_LEASE_DURATION=2s", "MIGHTYETL_LEASE_RENEW_INTERVAL=500ms", "MIGHTYETL_LEASE_SAFETY_MARGIN=500ms"}
+	a := startWorker(t, append(common, "MIGHTYETL_WORKER_ID=crash-worker-a")...)
+	waitFor(t, time.Minute, "A holds the job", func() bool {
+		st, owner := statusOf(t, pool, id)
+		return st == "RUNNING" && owner != nil && *owner == "crash-worker-a"
+	})
+	var tokenA int64
+	if err := pool.QueryRow(context.Background(), `SELECT lease_fencing_token FROM etl_job_records WHERE job_record_id=$1`, id).Scan(&tokenA); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	b := startWorker(t, append(common, "MIGHTYETL_WORKER_ID=crash-worker-b")...)
+	var reclaimed time.Duration
+	var tokenB *int64
+	waitFor(t, time.Minute, "B holds the job", func() bool {
+		var st string
+		var owner *string
+		if err := pool.QueryRow(context.Background(), `SELECT job_status, lease_owner_id, lease_fencing_token FROM etl_job_records WHERE job_record_id=$1`, id).Scan(&st, &owner, &tokenB); err != nil {
+			t.Fatal(err)
+		}
+		if st == "RUNNING" && owner != nil && *owner == "crash-worker-b" {
+			reclaimed = time.Since(killed)
+			return true
+		}
+		if st == "SUCCEEDED" {
+			t.Fatal("job finished before B held it: A was not killed mid-job")
+		}
+		return false
+	})
+	if *tokenB <= tokenA {
+		t.Fatalf("B's fencing token %d not greater than A's %d", *tokenB, tokenA)
+	}
+	t.Logf("crash-to-reclaim %v (lease 2s)", reclaimed)
+	waitFor(t, time.Minute, "job succeeded", func() bool { st, _ := statusOf(t, pool, id); return st == "SUCCEEDED" })
+	var rows, attempts int
+	if err := pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM processed_data WHERE job_record_id=$1), attempt_count FROM etl_job_records WHERE job_record_id=$1`, id).Scan(&rows, &attempts); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 2 || attempts != 2 {
+		t.Fatalf("rows %d attempts %d, want 2 and 2", rows, attempts)
+	}
+	var lifecycle int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM etl_outbox_events WHERE job_record_id=$1 AND job_status='SUCCEEDED'`, id).Scan(&lifecycle); err != nil || lifecycle != 1 {
+		t.Fatalf("success events %d %v", lifecycle, err)
+	}
+	_ = b // B is stopped by the test cleanup
+}

@@ -1,0 +1,128 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mightyetl/mightyetl/internal/config"
+	"github.com/mightyetl/mightyetl/internal/health"
+	"github.com/mightyetl/mightyetl/internal/metrics"
+	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Process is a whole worker process: its two pools, the Worker, and the
+// metrics/health server. cmd/worker and `etlctl dev` both run one.
+type Process struct {
+	Worker   *Worker
+	Registry *prometheus.Registry
+	exec     *pgxpool.Pool
+	renew    *pgxpool.Pool
+	server   *http.Server
+	listener net.Listener
+	log      *slog.Logger
+	cfg      config.Worker
+}
+
+// ErrSchemaBehind means the database schema is not at the version this
+// binary expects; run `etlctl migrate up`.
+var ErrSchemaBehind = errors.New("database schema is not at the expected version; run `etlctl migrate up`")
+
+// NewProcess connects the pools, checks the schema version and builds the
+// worker. serveMetrics false skips the HTTP listener (the dev process serves
+// one registry for everything). provenance is logged once and exported as
+// mightyetl_worker_config_info.
+func NewProcess(ctx context.Context, cfg config.Worker, provenance []config.Setting, serveMetrics bool, log *slog.Logger) (*Process, error) {
+	execConns := int32(max(4, min(cfg.Concurrency+2, 4*runtime.GOMAXPROCS(0)+4)))
+	exec, err := pg.NewPool(ctx, cfg.DatabaseURL, pg.PoolOptions{MaxConns: execConns, ApplicationName: "mightyetl-worker"})
+	if err != nil {
+		return nil, fmt.Errorf("connect execution pool: %w", err)
+	}
+	// Renewal has its own two connections: handlers holding every execution
+	// connection can never starve it.
+	renew, err := pg.NewPool(ctx, cfg.DatabaseURL, pg.PoolOptions{MaxConns: 2, MinConns: 1, ApplicationName: "mightyetl-renewer"})
+	if err != nil {
+		exec.Close()
+		return nil, fmt.Errorf("connect renewal pool: %w", err)
+	}
+	applied, expected, err := pg.SchemaVersion(ctx, exec)
+	if err != nil || applied != expected {
+		exec.Close()
+		renew.Close()
+		if err != nil {
+			return nil, fmt.Errorf("read schema version: %w", err)
+		}
+		return nil, fmt.Errorf("%w (database at %d, binary expects %d)", ErrSchemaBehind, applied, expected)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.NewWorker(reg)
+	m.ConfigInfo.WithLabelValues(config.Build, strconv.FormatInt(applied, 10), cfg.LeaseDuration.String(),
+		cfg.RenewInterval.String(), cfg.SafetyMargin.String(), strconv.Itoa(cfg.Concurrency),
+		cfg.PollInterval.String(), strconv.Itoa(cfg.MaxAttempts)).Set(1)
+	attrs := []any{"build", config.Build, "schema_version", applied}
+	for _, s := range provenance {
+		attrs = append(attrs, slog.Group(s.Name, "value", s.Value, "source", string(s.Source)))
+	}
+	log.Info("worker configuration", attrs...)
+
+	w := New(Config{
+		OwnerID: cfg.WorkerID, Concurrency: cfg.Concurrency, PollInterval: cfg.PollInterval,
+		LeaseDuration: cfg.LeaseDuration, RenewInterval: cfg.RenewInterval, SafetyMargin: cfg.SafetyMargin,
+		RetryBaseDelay: cfg.RetryBaseDelay, RetryMaxDelay: cfg.RetryMaxDelay, ShutdownGrace: cfg.ShutdownGrace,
+		MaxBatchRecords: cfg.MaxBatchRecords,
+	}, exec, renew, DefaultHandlers(cfg.MaxBatchRecords), m, log)
+	p := &Process{Worker: w, Registry: reg, exec: exec, renew: renew, log: log, cfg: cfg}
+	if serveMetrics {
+		mux := http.NewServeMux()
+		health.Register(mux, exec, reg)
+		p.server = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		p.listener, err = net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			exec.Close()
+			renew.Close()
+			return nil, fmt.Errorf("listen on MIGHTYETL_METRICS_ADDR: %w", err)
+		}
+	}
+	return p, nil
+}
+
+// Start starts the worker and the metrics server.
+func (p *Process) Start(ctx context.Context) error {
+	if p.server != nil {
+		go func() {
+			if err := p.server.Serve(p.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				p.log.Error("metrics server stopped", "error_class", "listen")
+			}
+		}()
+	}
+	return p.Worker.Start(ctx)
+}
+
+// MetricsAddr is the metrics listener's address, or "" when not serving.
+func (p *Process) MetricsAddr() string {
+	if p.listener == nil {
+		return ""
+	}
+	return p.listener.Addr().String()
+}
+
+// Stop drains the worker (see Worker.Stop), then closes the server and pools.
+func (p *Process) Stop(ctx context.Context) error {
+	err := p.Worker.Stop(ctx)
+	if p.server != nil {
+		_ = p.server.Shutdown(ctx)
+	}
+	p.exec.Close()
+	p.renew.Close()
+	return err
+}
