@@ -42,12 +42,6 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "worker: %v\n", err)
 		return 1
 	}
-	stopNATS, err := connectNATS(ctx, cfg, p.Worker, log)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "worker: %v\n", err)
-		return 1
-	}
-	defer stopNATS()
 	if err := p.Start(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "worker: %v\n", err)
 		return 1

@@ -30,13 +30,7 @@ type Worker struct {
 	ShutdownGrace   time.Duration // MIGHTYETL_SHUTDOWN_GRACE_PERIOD, default 30s
 	MetricsAddr     string        // MIGHTYETL_METRICS_ADDR, default 127.0.0.1:9091
 	MaxBatchRecords int           // MIGHTYETL_MAX_BATCH_RECORDS, default 1000 (1..100000)
-	NATS            NATSClient
-}
-
-// NATSClient is the subset of NATS settings a worker needs.
-type NATSClient struct {
-	URL           string // NATS_URL; empty disables NATS (polling only)
-	SubjectPrefix string // MIGHTYETL_NATS_SUBJECT_PREFIX, default mightyetl
+	NATS            NATS          // NATS_URL and friends; empty URL: polling only
 }
 
 // defaultWorkerID is host-pid-random, trimmed to the allowed alphabet.
@@ -72,17 +66,7 @@ func RegisterWorker(l *Loader, dst *Worker) {
 	l.Duration(&dst.ShutdownGrace, "MIGHTYETL_SHUTDOWN_GRACE_PERIOD", "shutdown-grace", 30*time.Second, 0, time.Hour, "wait for running jobs on shutdown")
 	l.String(&dst.MetricsAddr, "MIGHTYETL_METRICS_ADDR", "metrics-addr", "127.0.0.1:9091", "metrics and health listen address", nonEmpty)
 	l.Int(&dst.MaxBatchRecords, "MIGHTYETL_MAX_BATCH_RECORDS", "max-batch-records", 1000, 1, 100000, "records per job")
-	l.String(&dst.NATS.URL, "NATS_URL", "nats-url", "", "NATS server URL (empty: polling only)", nil)
-	l.String(&dst.NATS.SubjectPrefix, "MIGHTYETL_NATS_SUBJECT_PREFIX", "nats-subject-prefix", "mightyetl", "subject prefix", subjectPrefix)
-}
-
-var subjectPrefixPattern = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
-
-func subjectPrefix(s string) error {
-	if !subjectPrefixPattern.MatchString(s) {
-		return errors.New("must be dot-separated tokens of [A-Za-z0-9_-]")
-	}
-	return nil
+	RegisterNATS(l, &dst.NATS)
 }
 
 func nonEmpty(s string) error {
@@ -128,6 +112,9 @@ func LoadWorker(args []string, getenv func(string) string) (Worker, *Loader, err
 // Validate checks cross-setting rules.
 func (w Worker) Validate() error {
 	if err := ValidateLease(w.LeaseDuration, w.RenewInterval, w.SafetyMargin); err != nil {
+		return err
+	}
+	if err := w.NATS.Validate(); err != nil {
 		return err
 	}
 	if w.RetryMaxDelay < w.RetryBaseDelay {

@@ -13,9 +13,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mightyetl/mightyetl/internal/config"
+	"github.com/mightyetl/mightyetl/internal/events"
 	"github.com/mightyetl/mightyetl/internal/health"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -31,6 +33,7 @@ type Process struct {
 	listener net.Listener
 	log      *slog.Logger
 	cfg      config.Worker
+	nc       *nats.Conn
 }
 
 // ErrSchemaBehind means the database schema is not at the version this
@@ -96,8 +99,41 @@ func NewProcess(ctx context.Context, cfg config.Worker, provenance []config.Sett
 	return p, nil
 }
 
-// Start starts the worker and the metrics server.
+// connectNATS subscribes the worker to advisory wake-ups and revocations
+// when NATS_URL is set. The connection retries forever in the background, so
+// a NATS outage at start or later only slows the worker to its poll and
+// renewal intervals; it never stops it.
+func (p *Process) connectNATS(ctx context.Context) error {
+	if !p.cfg.NATS.Enabled() {
+		p.log.Info("NATS_URL not set; claiming by polling only")
+		return nil
+	}
+	em := metrics.NewEvents(p.Registry)
+	nc, err := events.Connect(ctx, events.Options{
+		URL: p.cfg.NATS.URL, Name: "mightyetl-worker", CredsFile: p.cfg.NATS.CredsFile,
+		TLSCAFile: p.cfg.NATS.TLSCAFile, TLSCertFile: p.cfg.NATS.TLSCertFile, TLSKeyFile: p.cfg.NATS.TLSKeyFile,
+	}, p.log, em)
+	if err != nil {
+		return fmt.Errorf("connect NATS: %w", err)
+	}
+	if _, err := events.SubscribeWakeups(nc, p.cfg.NATS.SubjectPrefix, em, p.Worker.Wake); err != nil {
+		nc.Close()
+		return fmt.Errorf("subscribe wake-ups: %w", err)
+	}
+	if _, err := events.SubscribeRevocations(nc, p.cfg.NATS.SubjectPrefix, em, p.Worker.Revoke); err != nil {
+		nc.Close()
+		return fmt.Errorf("subscribe revocations: %w", err)
+	}
+	p.nc = nc
+	return nil
+}
+
+// Start connects NATS (when configured) and starts the worker and the
+// metrics server.
 func (p *Process) Start(ctx context.Context) error {
+	if err := p.connectNATS(ctx); err != nil {
+		return err
+	}
 	if p.server != nil {
 		go func() {
 			if err := p.server.Serve(p.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -119,6 +155,9 @@ func (p *Process) MetricsAddr() string {
 // Stop drains the worker (see Worker.Stop), then closes the server and pools.
 func (p *Process) Stop(ctx context.Context) error {
 	err := p.Worker.Stop(ctx)
+	if p.nc != nil {
+		p.nc.Close()
+	}
 	if p.server != nil {
 		_ = p.server.Shutdown(ctx)
 	}

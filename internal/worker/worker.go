@@ -118,6 +118,8 @@ type Hooks struct {
 	BeforeFinish func(c *lease.Claim)
 	// BeforeRenew runs at the start of every renewal round.
 	BeforeRenew func()
+	// AfterClaim runs after every claim statement with the number claimed.
+	AfterClaim func(claimed int)
 }
 
 // running is one held claim.
@@ -306,6 +308,9 @@ func (w *Worker) runOnce(ctx context.Context) {
 				w.log.Warn("claim failed; will retry at the next poll or wake-up", "error_class", errorClass(err))
 			}
 			return
+		}
+		if w.hooks.AfterClaim != nil {
+			w.hooks.AfterClaim(len(res.Claimed))
 		}
 		if res.Exhausted > 0 {
 			w.m.Outcomes.WithLabelValues(metrics.OutcomeFailed).Add(float64(res.Exhausted))

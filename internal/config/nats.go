@@ -1,0 +1,97 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/mightyetl/mightyetl/internal/events"
+)
+
+// NATS is the NATS and outbox-relay configuration shared by the binaries.
+type NATS struct {
+	// URL is NATS_URL: one server URL or a comma-separated list (nats://,
+	// tls://, ws://, wss://). Empty disables NATS: everything runs on
+	// database polling alone. A password in it is redacted from provenance.
+	URL string
+	// SubjectPrefix is MIGHTYETL_NATS_SUBJECT_PREFIX, default "mightyetl":
+	// dot-separated tokens of letters, digits, '_' and '-'.
+	SubjectPrefix string
+	// CredsFile is MIGHTYETL_NATS_CREDS_FILE, a NATS credentials file; empty means none.
+	CredsFile string
+	// TLSCAFile is MIGHTYETL_NATS_TLS_CA_FILE, PEM CAs for the server; empty means system roots.
+	TLSCAFile string
+	// TLSCertFile and TLSKeyFile are MIGHTYETL_NATS_TLS_CERT_FILE and
+	// MIGHTYETL_NATS_TLS_KEY_FILE, the client certificate for mutual TLS;
+	// both or neither.
+	TLSCertFile, TLSKeyFile string
+	// RequestsEnabled is MIGHTYETL_NATS_REQUESTS_ENABLED, default false: run
+	// the JetStream request consumer (event-driven intake).
+	RequestsEnabled bool
+	// OutboxPollInterval is MIGHTYETL_OUTBOX_POLL_INTERVAL, default 1s, in
+	// [10ms, 1h]: the relay's fallback poll when no notification arrives.
+	OutboxPollInterval time.Duration
+	// OutboxBatchSize is MIGHTYETL_OUTBOX_BATCH_SIZE, default 500, in [1, 10000]:
+	// rows of each class (advisory, lifecycle) per relay batch.
+	OutboxBatchSize int
+}
+
+// Enabled reports whether a NATS server is configured.
+func (n NATS) Enabled() bool { return n.URL != "" }
+
+// RegisterNATS registers the NATS settings on l, to be applied to dst by
+// l.Parse. Call dst.Validate after Parse for the checks that span settings.
+func RegisterNATS(l *Loader, dst *NATS) {
+	l.String(&dst.URL, "NATS_URL", "nats-url", "",
+		"NATS server URL(s), comma-separated; empty disables NATS (polling only)", validateNATSURL)
+	l.String(&dst.SubjectPrefix, "MIGHTYETL_NATS_SUBJECT_PREFIX", "nats-subject-prefix", events.DefaultPrefix,
+		"prefix of every NATS subject and stream name", events.ValidatePrefix)
+	l.String(&dst.CredsFile, "MIGHTYETL_NATS_CREDS_FILE", "nats-creds-file", "",
+		"NATS credentials file (JWT and NKey seed)", nil)
+	l.String(&dst.TLSCAFile, "MIGHTYETL_NATS_TLS_CA_FILE", "nats-tls-ca-file", "",
+		"PEM file of CAs that verify the NATS server", nil)
+	l.String(&dst.TLSCertFile, "MIGHTYETL_NATS_TLS_CERT_FILE", "nats-tls-cert-file", "",
+		"client certificate (PEM) for mutual TLS with NATS", nil)
+	l.String(&dst.TLSKeyFile, "MIGHTYETL_NATS_TLS_KEY_FILE", "nats-tls-key-file", "",
+		"client private key (PEM) for mutual TLS with NATS", nil)
+	l.Bool(&dst.RequestsEnabled, "MIGHTYETL_NATS_REQUESTS_ENABLED", "nats-requests-enabled", false,
+		"consume job submissions from the JetStream request stream")
+	l.Duration(&dst.OutboxPollInterval, "MIGHTYETL_OUTBOX_POLL_INTERVAL", "outbox-poll-interval",
+		time.Second, 10*time.Millisecond, time.Hour, "outbox relay fallback poll interval")
+	l.Int(&dst.OutboxBatchSize, "MIGHTYETL_OUTBOX_BATCH_SIZE", "outbox-batch-size",
+		500, 1, 10000, "outbox rows of each class per relay batch")
+}
+
+// Validate checks what spans several NATS settings: the client certificate
+// and key go together, and NATS-only settings need NATS_URL.
+func (n NATS) Validate() error {
+	if (n.TLSCertFile == "") != (n.TLSKeyFile == "") {
+		return errors.New("MIGHTYETL_NATS_TLS_CERT_FILE and MIGHTYETL_NATS_TLS_KEY_FILE must be set together")
+	}
+	if n.RequestsEnabled && !n.Enabled() {
+		return errors.New("MIGHTYETL_NATS_REQUESTS_ENABLED=true needs NATS_URL")
+	}
+	return nil
+}
+
+// validateNATSURL accepts empty or a comma-separated list of URLs with a
+// NATS scheme and a host. The value is never echoed: it may hold a password.
+func validateNATSURL(s string) error {
+	if s == "" {
+		return nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		u, err := url.Parse(strings.TrimSpace(part))
+		if err != nil || u.Host == "" {
+			return errors.New("must be a NATS URL like nats://host:4222 (or a comma-separated list)")
+		}
+		switch u.Scheme {
+		case "nats", "tls", "ws", "wss":
+		default:
+			return fmt.Errorf("URL scheme must be nats, tls, ws or wss")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,101 @@
+package events
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DefaultSource is the CloudEvents source of lifecycle events when none is
+// configured.
+const DefaultSource = "urn:mightyetl:relay"
+
+// CloudEventsContentType is the Content-Type header of a structured-mode
+// CloudEvents JSON message.
+const CloudEventsContentType = "application/cloudevents+json"
+
+// CloudEvent is a CloudEvents 1.0 structured-mode JSON envelope of a job
+// lifecycle event. It is payload-free: no records, no principal, no key, no
+// hash, no lease id.
+type CloudEvent struct {
+	SpecVersion     string        `json:"specversion"`     // always "1.0"
+	ID              string        `json:"id"`              // the outbox id, decimal
+	Source          string        `json:"source"`          // DefaultSource unless configured
+	Type            string        `json:"type"`            // io.mightyetl.job.<status lowercase>
+	Time            time.Time     `json:"time"`            // when the state change committed (database clock), RFC 3339
+	DataContentType string        `json:"datacontenttype"` // always "application/json"
+	Data            LifecycleData `json:"data"`
+}
+
+// LifecycleData is the data of a lifecycle CloudEvent.
+type LifecycleData struct {
+	JobRecordID  uuid.UUID `json:"jobRecordId"`
+	JobStatus    string    `json:"jobStatus"`
+	AttemptCount int       `json:"attemptCount"`
+	// FailureCode is set for FAILED only.
+	FailureCode string `json:"failureCode,omitempty"`
+	// CancellationCode is set for CANCELLED only.
+	CancellationCode string `json:"cancellationCode,omitempty"`
+}
+
+// Lifecycle is one job_lifecycle outbox row.
+type Lifecycle struct {
+	OutboxID     int64
+	JobID        uuid.UUID
+	Status       string // upper case, as stored: SUCCEEDED, FAILED, CANCELLED
+	AttemptCount int
+	Code         string // failure or cancellation code; empty when none
+	OccurredAt   time.Time
+}
+
+// NewCloudEvent builds the envelope of e with the given source (empty means
+// DefaultSource). The stored code goes to failureCode for FAILED and to
+// cancellationCode for CANCELLED and is omitted otherwise.
+func NewCloudEvent(source string, e Lifecycle) CloudEvent {
+	if source == "" {
+		source = DefaultSource
+	}
+	d := LifecycleData{JobRecordID: e.JobID, JobStatus: e.Status, AttemptCount: e.AttemptCount}
+	switch e.Status {
+	case "FAILED":
+		d.FailureCode = e.Code
+	case "CANCELLED":
+		d.CancellationCode = e.Code
+	}
+	return CloudEvent{
+		SpecVersion:     "1.0",
+		ID:              strconv.FormatInt(e.OutboxID, 10),
+		Source:          source,
+		Type:            "io.mightyetl.job." + strings.ToLower(e.Status),
+		Time:            e.OccurredAt.UTC(),
+		DataContentType: "application/json",
+		Data:            d,
+	}
+}
+
+// LifecycleMsg builds the JetStream message of e: subject
+// "<p>.lifecycle.<status>", header Nats-Msg-Id = the outbox id (so
+// JetStream drops a republished copy inside the stream's duplicate window),
+// Content-Type application/cloudevents+json, body the CloudEvent. It returns
+// an error when the status is not a subject token.
+func LifecycleMsg(s Subjects, source string, e Lifecycle) (*nats.Msg, error) {
+	subject, err := s.Lifecycle(e.Status)
+	if err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(NewCloudEvent(source, e))
+	if err != nil {
+		return nil, fmt.Errorf("encode lifecycle event: %w", err)
+	}
+	m := nats.NewMsg(subject)
+	m.Data = body
+	m.Header.Set(jetstream.MsgIDHeader, strconv.FormatInt(e.OutboxID, 10))
+	m.Header.Set("Content-Type", CloudEventsContentType)
+	return m, nil
+}

@@ -1,0 +1,22 @@
+// Package events is mightyETL's NATS side: subject names under a
+// configurable prefix, the CloudEvents 1.0 envelope of lifecycle events, the
+// JetStream streams, the connection with its outage handling, the advisory
+// subscriptions workers use, and the request consumer of event-driven intake.
+//
+// NATS never carries authority. Every message is advisory (wake-ups,
+// revocations: workers still claim and renew only through the database) or
+// idempotent (lifecycle events carry the outbox id as Nats-Msg-Id, requests
+// carry the client's idempotency key). A message may be lost, repeated,
+// delayed or reordered and the system stays correct, only slower, down to the
+// fallback poll interval.
+//
+// Subjects, for prefix p (MIGHTYETL_NATS_SUBJECT_PREFIX, default "mightyetl"):
+//
+//	p.jobs.available      core NATS  advisory wake-up, empty body, one per relay batch
+//	p.jobs.revoked        core NATS  advisory, body = the revoked job's id (UUID text)
+//	p.lifecycle.<state>   JetStream  CloudEvents JSON, Nats-Msg-Id = outbox id
+//	p.requests.<principal> JetStream job submissions, Nats-Msg-Id = idempotency key
+//	p.rejections          core NATS  payload-free rejections of invalid requests
+//
+// Nothing here logs or labels a payload, principal, key, hash or id.
+package events

@@ -1,0 +1,407 @@
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mightyetl/mightyetl/internal/metrics"
+)
+
+// ReplyToHeader names the inbox a producer wants the outcome of its request
+// sent to. JetStream does not keep a message's own reply subject (that one
+// receives the stream's PubAck), so the reply address travels as a header.
+// Only subjects under "_INBOX." are answered, so a producer cannot make the
+// intake publish to any other subject.
+const ReplyToHeader = "Mightyetl-Reply-To"
+
+// ErrorCodeHeader is set on a reply that carries a problem; its value is
+// the problem's errorCode.
+const ErrorCodeHeader = "Mightyetl-Error-Code"
+
+// CodePrincipalRequired is the errorCode of a request whose subject does not
+// end in exactly one principal token.
+const CodePrincipalRequired = "etl_idempotency_principal_required"
+
+// Request stream retention. Stated here and in docs/operations/nats.md.
+const (
+	// RequestsMaxAge is how long an unconsumed request waits in the stream.
+	RequestsMaxAge = 24 * time.Hour
+	// RequestsDuplicateWindow is the smallest window JetStream allows.
+	// Idempotency is decided by the database per (principal, key); a long
+	// window would make JetStream drop a request of one principal whose
+	// Nats-Msg-Id equals another principal's, because JetStream deduplicates
+	// per stream, not per subject.
+	RequestsDuplicateWindow = 100 * time.Millisecond
+)
+
+// RequestHandler turns one request message into a job. It is OUR interface,
+// implemented by the intake.
+//
+// principal is the last subject token (NATS permissions decide who may
+// publish there); idempotencyKey is the Nats-Msg-Id header, possibly empty
+// (the handler validates it with the HTTP header's rules); body is the raw
+// record array. The handler must commit before returning success.
+//
+// Results: err != nil means transient (database unavailable): the message is
+// redelivered after a delay. Otherwise problemCode != "" means the request
+// is invalid and never will be valid: the message is terminated and a
+// rejection published; reply may hold the problem document. Otherwise the
+// job is committed; reply holds the job representation. A redelivered
+// message must converge on the same job. Called concurrently.
+type RequestHandler interface {
+	HandleRequest(ctx context.Context, principal, idempotencyKey string, body []byte) (reply []byte, problemCode string, err error)
+}
+
+// Rejection is the body of a "<p>.rejections" message: payload-free, no
+// principal, no key, no hash.
+type Rejection struct {
+	ErrorCode string `json:"errorCode"`
+}
+
+// RequestConsumerOptions tunes a RequestConsumer. Zero values take the
+// defaults noted.
+type RequestConsumerOptions struct {
+	// Durable is the durable consumer's name; empty means "mightyetl-intake".
+	Durable string
+	// Concurrency is how many requests are handled at once; zero means 8.
+	Concurrency int
+	// AckWait is how long the server waits for an ack before redelivering;
+	// zero means 30s. HandlerTimeout must be shorter.
+	AckWait time.Duration
+	// HandlerTimeout bounds one HandleRequest call; zero means 20s.
+	HandlerTimeout time.Duration
+	// RetryDelay is the redelivery delay after a transient error; zero means 1s.
+	RetryDelay time.Duration
+	// MaxRequestBytes caps a request message in the stream; zero means the
+	// server's max_payload.
+	MaxRequestBytes int32
+	// SetupRetry is the pause between attempts to create the stream and
+	// consumer while NATS is unavailable; zero means 2s.
+	SetupRetry time.Duration
+}
+
+func (o *RequestConsumerOptions) defaults() {
+	if o.Durable == "" {
+		o.Durable = "mightyetl-intake"
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 8
+	}
+	if o.AckWait <= 0 {
+		o.AckWait = 30 * time.Second
+	}
+	if o.HandlerTimeout <= 0 {
+		o.HandlerTimeout = 20 * time.Second
+	}
+	if o.RetryDelay <= 0 {
+		o.RetryDelay = time.Second
+	}
+	if o.SetupRetry <= 0 {
+		o.SetupRetry = 2 * time.Second
+	}
+}
+
+// RequestsStreamConfig is the request stream for the subjects s: name
+// "<P>_REQUESTS", subjects "<p>.requests.>", work-queue retention (a
+// message leaves once acked or terminated), age limit RequestsMaxAge, new
+// messages refused when full, file storage, duplicate window
+// RequestsDuplicateWindow.
+func RequestsStreamConfig(s Subjects, maxMsgSize int32) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        s.RequestsStream(),
+		Description: "mightyETL job submissions (last token = principal, Nats-Msg-Id = idempotency key)",
+		Subjects:    []string{s.RequestsAll()},
+		Retention:   jetstream.WorkQueuePolicy,
+		Discard:     jetstream.DiscardNew,
+		MaxAge:      RequestsMaxAge,
+		MaxMsgSize:  maxMsgSize,
+		Duplicates:  RequestsDuplicateWindow,
+		Storage:     jetstream.FileStorage,
+		Replicas:    1,
+	}
+}
+
+// RequestConsumer feeds request messages from the durable pull consumer to
+// a RequestHandler and acknowledges each only after the handler returned.
+// Create it with NewRequestConsumer; run it with Start and Stop.
+type RequestConsumer struct {
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	subjects Subjects
+	h        RequestHandler
+	log      *slog.Logger
+	m        *metrics.Events
+	opts     RequestConsumerOptions
+
+	mu       sync.Mutex
+	started  bool
+	stopOnce sync.Once
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+// NewRequestConsumer returns a consumer of "<prefix>.requests.>" that calls
+// h. log and m may be nil. It fails on a nil connection or handler or an
+// invalid prefix.
+func NewRequestConsumer(nc *nats.Conn, prefix string, h RequestHandler, log *slog.Logger, m *metrics.Events, opts RequestConsumerOptions) (*RequestConsumer, error) {
+	if nc == nil || h == nil {
+		return nil, errors.New("new request consumer: connection and handler are required")
+	}
+	s, err := NewSubjects(prefix)
+	if err != nil {
+		return nil, fmt.Errorf("new request consumer: %w", err)
+	}
+	opts.defaults()
+	if opts.HandlerTimeout >= opts.AckWait {
+		return nil, errors.New("new request consumer: handler timeout must be shorter than ack wait")
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("new request consumer: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if m == nil {
+		m = metrics.NewEvents(nil)
+	}
+	return &RequestConsumer{nc: nc, js: js, subjects: s, h: h, log: log.With("component", "request_consumer"), m: m, opts: opts}, nil
+}
+
+// Start runs the consumer in the background until Stop or until ctx is
+// cancelled. It does not wait for NATS: the stream and the durable consumer
+// are created (or updated) as soon as NATS answers, and consumption survives
+// reconnects. Returns ErrAlreadyStarted on a second call.
+func (c *RequestConsumer) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return ErrAlreadyStarted
+	}
+	c.started = true
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stopOnParent := context.AfterFunc(ctx, cancel)
+	c.cancel = func() { stopOnParent(); cancel() }
+	c.done = make(chan struct{})
+	go func() {
+		defer close(c.done)
+		c.run(runCtx)
+	}()
+	return nil
+}
+
+// ErrAlreadyStarted is returned by Start on a component started before.
+var ErrAlreadyStarted = errors.New("already started")
+
+// Stop stops fetching, lets requests in flight finish (each bounded by
+// HandlerTimeout) and waits until the consumer is done or ctx ends (then it
+// returns ctx.Err()). Requests fetched but not started are redelivered by
+// the server. Safe to call twice and before Start.
+func (c *RequestConsumer) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	started, done := c.started, c.done
+	c.mu.Unlock()
+	if !started {
+		return nil
+	}
+	c.stopOnce.Do(c.cancel)
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// setup creates or updates the stream and the durable consumer.
+func (c *RequestConsumer) setup(ctx context.Context) (jetstream.Consumer, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := EnsureStream(ctx, c.js, RequestsStreamConfig(c.subjects, c.opts.MaxRequestBytes)); err != nil {
+		return nil, err
+	}
+	cons, err := c.js.CreateOrUpdateConsumer(ctx, c.subjects.RequestsStream(), jetstream.ConsumerConfig{
+		Durable:       c.opts.Durable,
+		Description:   "mightyETL intake: acks after the job's transaction commits",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       c.opts.AckWait,
+		MaxDeliver:    -1, // transient failures retry until the database is back
+		MaxAckPending: 4 * c.opts.Concurrency,
+		FilterSubject: c.subjects.RequestsAll(),
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ensure request consumer: %w", err)
+	}
+	return cons, nil
+}
+
+// run sets up, consumes until ctx ends or the consumer disappears, and
+// starts over.
+func (c *RequestConsumer) run(ctx context.Context) {
+	failing := false
+	for ctx.Err() == nil {
+		cons, err := c.setup(ctx)
+		if err != nil {
+			if !failing && ctx.Err() == nil {
+				c.log.Warn("request stream not ready; retrying", "error", err)
+			}
+			failing = true
+			select {
+			case <-ctx.Done():
+			case <-time.After(c.opts.SetupRetry):
+			}
+			continue
+		}
+		if failing {
+			c.log.Info("request stream ready")
+			failing = false
+		}
+		c.consume(ctx, cons)
+	}
+}
+
+// consume dispatches messages to Concurrency workers until ctx ends or the
+// consumer is deleted. Each worker handles one message at a time, so at most
+// Concurrency messages are in the handler and a few more in the buffer.
+func (c *RequestConsumer) consume(ctx context.Context, cons jetstream.Consumer) {
+	work := make(chan jetstream.Msg)
+	lost := make(chan struct{})
+	var lostOnce sync.Once
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		select {
+		case work <- msg:
+		case <-ctx.Done():
+			// Not handled: the server redelivers it after AckWait.
+		case <-lost:
+		}
+	},
+		jetstream.PullMaxMessages(c.opts.Concurrency),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+				lostOnce.Do(func() { close(lost) })
+			}
+		}))
+	if err != nil {
+		c.log.Warn("request consumer could not start; retrying", "error", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(c.opts.SetupRetry):
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for range c.opts.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-lost:
+					return
+				case msg := <-work:
+					c.handle(ctx, msg)
+				}
+			}
+		}()
+	}
+	select {
+	case <-ctx.Done():
+	case <-lost:
+		c.log.Warn("request consumer deleted; recreating it")
+	}
+	cc.Stop()
+	<-cc.Closed()
+	wg.Wait()
+}
+
+// handle runs the handler for one message and settles it: Ack after
+// success, Term plus rejection for a problem, Nak with delay for a transient
+// error. The handler's context outlives Stop (bounded by HandlerTimeout) so
+// a commit in progress is not torn down half-way.
+func (c *RequestConsumer) handle(ctx context.Context, msg jetstream.Msg) {
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.HandlerTimeout)
+	defer cancel()
+	var (
+		reply []byte
+		code  string
+		err   error
+	)
+	principal, ok := c.subjects.principalOf(msg.Subject())
+	if !ok {
+		code = CodePrincipalRequired
+	} else {
+		reply, code, err = c.h.HandleRequest(hctx, principal, msg.Headers().Get(jetstream.MsgIDHeader), msg.Data())
+	}
+	switch {
+	case err != nil:
+		if nerr := msg.NakWithDelay(c.opts.RetryDelay); nerr != nil {
+			c.m.Requests.WithLabelValues(metrics.RequestAckFailed).Inc()
+			return
+		}
+		c.m.Requests.WithLabelValues(metrics.RequestRetried).Inc()
+	case code != "":
+		if len(reply) == 0 {
+			reply, _ = json.Marshal(Rejection{ErrorCode: code})
+		}
+		c.answer(msg, reply, code)
+		body, _ := json.Marshal(Rejection{ErrorCode: code})
+		_ = c.nc.Publish(c.subjects.Rejections(), body) // advisory; the reply carries it too
+		if terr := msg.Term(); terr != nil {            // not TermWithReason: servers before 2.10 ignore a reasoned term
+			c.m.Requests.WithLabelValues(metrics.RequestAckFailed).Inc()
+			return
+		}
+		c.m.Requests.WithLabelValues(metrics.RequestRejected).Inc()
+	default:
+		// DoubleAck waits for the server to confirm, so the reply is only sent
+		// for a message that will not be redelivered.
+		if aerr := msg.DoubleAck(hctx); aerr != nil {
+			c.m.Requests.WithLabelValues(metrics.RequestAckFailed).Inc()
+			return
+		}
+		c.m.Requests.WithLabelValues(metrics.RequestAccepted).Inc()
+		c.answer(msg, reply, "")
+	}
+}
+
+// answer sends reply to the message's ReplyToHeader inbox, if it names one
+// under "_INBOX.". Best effort: a producer that misses it can look the job
+// up by its key.
+func (c *RequestConsumer) answer(msg jetstream.Msg, reply []byte, code string) {
+	to := msg.Headers().Get(ReplyToHeader)
+	if !validInbox(to) {
+		return
+	}
+	out := nats.NewMsg(to)
+	out.Data = reply
+	if code != "" {
+		out.Header.Set(ErrorCodeHeader, code)
+	}
+	_ = c.nc.PublishMsg(out)
+}
+
+// validInbox accepts a literal subject under "_INBOX.": no wildcards, no
+// empty tokens, no white space.
+func validInbox(s string) bool {
+	rest, ok := strings.CutPrefix(s, "_INBOX.")
+	if !ok || rest == "" || len(s) > 256 {
+		return false
+	}
+	for _, tok := range strings.Split(rest, ".") {
+		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n*>") {
+			return false
+		}
+	}
+	return true
+}

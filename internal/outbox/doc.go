@@ -1,0 +1,51 @@
+// Package outbox is the relay of the transactional outbox: it moves
+// etl_outbox_events rows, written in the same transaction as the state change
+// they announce, to NATS.
+//
+// # Waking
+//
+// The relay wakes on LISTEN etl_outbox_events (through pgxlisten, on a
+// dedicated connection that reconnects by itself; a statement trigger
+// notifies at commit), on a fallback poll (default 1s), and when its NATS
+// connection comes back. Notifications are only hints; the table is the truth.
+//
+// # One batch
+//
+// One short transaction: SELECT up to BatchSize advisory rows (job_available,
+// lease_revoked) and up to BatchSize lifecycle rows, oldest first, FOR UPDATE
+// SKIP LOCKED, so any number of relays can run side by side and each row is
+// handled by one of them. Then:
+//
+//   - all job_available rows of the batch become ONE core NATS message on
+//     "<p>.jobs.available" (coalesced: a wake-up says "look", not "look at N");
+//   - each lease_revoked row becomes one core NATS message on
+//     "<p>.jobs.revoked" whose body is the job id;
+//   - each job_lifecycle row becomes one JetStream message on
+//     "<p>.lifecycle.<state>" with Nats-Msg-Id = the outbox id, all published
+//     asynchronously and then awaited (bounded by PublishTimeout);
+//   - the advisory rows and the acknowledged lifecycle rows are deleted in
+//     the same transaction, which commits.
+//
+// A lifecycle row is deleted only after JetStream acknowledged it. If the
+// relay dies between publish and commit, the rows come back and are
+// published again; JetStream drops the copy by Nats-Msg-Id inside the
+// stream's duplicate window (2 minutes), and consumers deduplicate by the
+// CloudEvents id beyond it. Nothing is lost; at worst an event is delivered
+// twice.
+//
+// # NATS unavailable
+//
+// Lifecycle rows are never dropped: while NATS is down (or JetStream does not
+// acknowledge) they stay in the outbox, the backlog gauge grows, and they
+// drain, without restarting anything, once NATS is back.
+//
+// Advisory rows ARE dropped while NATS is down: the relay deletes them
+// without publishing (counted as outcome "dropped"). They carry no
+// information the database does not already hold: workers poll for work and
+// learn of a revoked lease from their next renewal, so a late wake-up is
+// worthless, and keeping them would grow an unbounded backlog during a long
+// outage. Advisory and lifecycle rows are selected separately so a stuck
+// lifecycle backlog never holds up wake-ups.
+//
+// The relay never logs or labels an id, payload, principal, key or SQL.
+package outbox

@@ -1,0 +1,477 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgxlisten"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mightyetl/mightyetl/internal/events"
+	"github.com/mightyetl/mightyetl/internal/metrics"
+	"github.com/mightyetl/mightyetl/internal/pg"
+)
+
+// NotifyChannel is the channel the outbox trigger notifies at commit.
+const NotifyChannel = "etl_outbox_events"
+
+// Defaults of Options.
+const (
+	DefaultPollInterval         = time.Second
+	DefaultBatchSize            = 500
+	DefaultPublishTimeout       = 5 * time.Second
+	DefaultListenReconnectDelay = time.Second
+)
+
+// Options tunes a Relay. Zero values take the defaults noted.
+type Options struct {
+	// PollInterval is the fallback poll when no notification arrives
+	// (MIGHTYETL_OUTBOX_POLL_INTERVAL); zero means DefaultPollInterval.
+	PollInterval time.Duration
+	// BatchSize bounds the rows of each class (advisory, lifecycle) one batch
+	// takes; zero means DefaultBatchSize.
+	BatchSize int
+	// PublishTimeout bounds the wait for JetStream acknowledgements (and the
+	// stream set-up) in one batch; zero means DefaultPublishTimeout.
+	PublishTimeout time.Duration
+	// ListenReconnectDelay is the pause before the LISTEN connection is
+	// re-established after it broke; zero means DefaultListenReconnectDelay.
+	ListenReconnectDelay time.Duration
+	// Source is the CloudEvents source of lifecycle events; empty means
+	// events.DefaultSource.
+	Source string
+}
+
+func (o *Options) defaults() {
+	if o.PollInterval <= 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = DefaultBatchSize
+	}
+	if o.PublishTimeout <= 0 {
+		o.PublishTimeout = DefaultPublishTimeout
+	}
+	if o.ListenReconnectDelay <= 0 {
+		o.ListenReconnectDelay = DefaultListenReconnectDelay
+	}
+}
+
+// ErrAlreadyStarted is returned by Start on a relay that was started before.
+var ErrAlreadyStarted = errors.New("outbox relay already started")
+
+var (
+	advisoryKinds  = []string{metrics.OutboxKindAvailable, metrics.OutboxKindRevoked}
+	lifecycleKinds = []string{metrics.OutboxKindLifecycle}
+)
+
+// Relay publishes the transactional outbox to NATS; see the package
+// documentation for the batch protocol and the outage rules. Create it with
+// New; run it with Start and Stop, or drive it with RunOnce. A Relay is
+// started at most once. Any number of relays may run on one database.
+type Relay struct {
+	pool     *pgxpool.Pool
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	subjects events.Subjects
+	log      *slog.Logger
+	m        *metrics.Outbox
+	opts     Options
+
+	wake        chan struct{}
+	streamReady atomic.Bool
+	listenDown  atomic.Bool
+
+	mu       sync.Mutex
+	started  bool
+	stopOnce sync.Once
+	cancel   context.CancelFunc
+	done     chan struct{}
+
+	// beforeCommit, when set (tests only), runs after a batch published and
+	// deleted its rows and before it commits; an error rolls the batch back,
+	// as if the relay died between publish and delete.
+	beforeCommit func() error
+}
+
+// New returns a relay that reads the outbox through pool, opens its own
+// LISTEN connection from pool's configuration, and publishes on nc under
+// prefix. log and m may be nil. It fails when pool or nc is nil or the prefix
+// is invalid (events.ErrInvalidPrefix).
+func New(pool *pgxpool.Pool, nc *nats.Conn, prefix string, log *slog.Logger, m *metrics.Outbox, opts Options) (*Relay, error) {
+	if pool == nil || nc == nil {
+		return nil, errors.New("new outbox relay: pool and nats connection are required")
+	}
+	subjects, err := events.NewSubjects(prefix)
+	if err != nil {
+		return nil, fmt.Errorf("new outbox relay: %w", err)
+	}
+	opts.defaults()
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(2*opts.BatchSize),
+		jetstream.WithPublishAsyncTimeout(opts.PublishTimeout))
+	if err != nil {
+		return nil, fmt.Errorf("new outbox relay: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if m == nil {
+		m = metrics.NewOutbox(nil)
+	}
+	return &Relay{
+		pool: pool, nc: nc, js: js, subjects: subjects,
+		log: log.With("component", "outbox_relay"), m: m, opts: opts,
+		wake: make(chan struct{}, 1),
+	}, nil
+}
+
+// Start checks that the outbox table is reachable, then runs the relay in
+// the background until Stop or until ctx is cancelled. NATS need not be up:
+// the relay drops advisory rows and keeps lifecycle rows until it is.
+// Returns ErrAlreadyStarted on a second call, or the start-up check's error.
+func (r *Relay) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.started {
+		return ErrAlreadyStarted
+	}
+	if _, err := r.pool.Exec(ctx, "SELECT 1 FROM etl_outbox_events LIMIT 0"); err != nil {
+		return fmt.Errorf("start outbox relay: check outbox table: %w", err)
+	}
+	r.started = true
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stopOnParent := context.AfterFunc(ctx, cancel)
+	r.cancel = func() { stopOnParent(); cancel() }
+	r.done = make(chan struct{})
+
+	listener := &pgxlisten.Listener{
+		Connect: func(ctx context.Context) (*pgx.Conn, error) {
+			return pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig.Copy())
+		},
+		LogError:       r.listenError,
+		ReconnectDelay: r.opts.ListenReconnectDelay,
+	}
+	listener.Handle(NotifyChannel, listenHandler{r})
+
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		_ = listener.Listen(runCtx) // returns only when runCtx ends
+	}()
+	go func() {
+		defer wg.Done()
+		r.loop(runCtx)
+	}()
+	go func() {
+		wg.Wait()
+		close(r.done)
+	}()
+	r.log.Info("outbox relay started", "poll_interval", r.opts.PollInterval.String(), "batch_size", r.opts.BatchSize)
+	return nil
+}
+
+// Stop stops the relay and waits until its goroutines have returned, or
+// until ctx ends (then it returns ctx.Err() and the relay still stops in the
+// background). A batch in flight finishes or rolls back. Safe to call twice
+// and on a relay never started.
+func (r *Relay) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	started, done := r.started, r.done
+	r.mu.Unlock()
+	if !started {
+		return nil
+	}
+	r.stopOnce.Do(r.cancel)
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// signal wakes the loop; never blocks (one pending wake-up is enough).
+func (r *Relay) signal(source string) {
+	r.m.Wakeups.WithLabelValues(source).Inc()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+type listenHandler struct{ r *Relay }
+
+func (h listenHandler) HandleNotification(context.Context, *pgconn.Notification, *pgx.Conn) error {
+	h.r.signal(metrics.WakeNotify)
+	return nil
+}
+
+// HandleBacklog runs each time LISTEN is (re)established: notifications
+// sent while it was down were missed, so look at the table now.
+func (h listenHandler) HandleBacklog(context.Context, string, *pgx.Conn) error {
+	if h.r.listenDown.Swap(false) {
+		h.r.log.Info("outbox listener reconnected")
+	}
+	h.r.signal(metrics.WakeNotify)
+	return nil
+}
+
+// listenError logs the first error of a LISTEN outage; the listener keeps
+// reconnecting and the poll covers the gap.
+func (r *Relay) listenError(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	if !r.listenDown.Swap(true) {
+		r.log.Warn("outbox listener lost its connection; polling until it is back", "error", err)
+	}
+}
+
+// loop drains the outbox whenever woken, logging once per failure streak.
+func (r *Relay) loop(ctx context.Context) {
+	status := r.nc.StatusChanged(nats.CONNECTED)
+	defer r.nc.RemoveStatusListener(status)
+	poll := time.NewTicker(r.opts.PollInterval)
+	defer poll.Stop()
+	failing := false
+	for {
+		for ctx.Err() == nil {
+			_, more, err := r.runOnce(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				r.m.BatchErrors.Inc()
+				if !failing {
+					r.log.Warn("outbox batch failed; retrying on the next wake-up or poll", "error", err)
+				}
+				failing = true
+				break
+			}
+			if failing {
+				r.log.Info("outbox batches succeed again")
+				failing = false
+			}
+			if !more {
+				break
+			}
+		}
+		r.refreshBacklog(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+		case <-poll.C:
+			r.m.Wakeups.WithLabelValues(metrics.WakePoll).Inc()
+		case <-status:
+			r.m.Wakeups.WithLabelValues(metrics.WakeReconnect).Inc()
+		}
+	}
+}
+
+func (r *Relay) refreshBacklog(ctx context.Context) {
+	n, age, err := measureBacklog(ctx, r.pool)
+	if err != nil {
+		return // the batch error already reports an unreachable database
+	}
+	r.m.Backlog.Set(float64(n))
+	r.m.OldestAge.Set(age)
+}
+
+// RunOnce handles one batch (see the package documentation) and returns the
+// number of rows published: advisory rows whose message was sent and
+// lifecycle rows JetStream acknowledged. An error means the batch, or some
+// of its lifecycle rows, will be retried; rows published before the error
+// may be published again. Safe to call concurrently with a running relay and
+// with other relays.
+func (r *Relay) RunOnce(ctx context.Context) (published int, err error) {
+	published, _, err = r.runOnce(ctx)
+	return published, err
+}
+
+// runOnce is RunOnce that also reports whether a class filled its batch, so
+// the loop continues without waiting.
+func (r *Relay) runOnce(ctx context.Context) (published int, more bool, err error) {
+	connected := r.nc.Status() == nats.CONNECTED
+	var lifecycleErr error
+	err = pg.WithTx(ctx, r.pool, func(tx pgx.Tx) error {
+		published, more, lifecycleErr = 0, false, nil
+		advisory, err := selectBatch(ctx, tx, advisoryKinds, r.opts.BatchSize)
+		if err != nil {
+			return err
+		}
+		var lifecycle []row
+		if connected {
+			// Lifecycle rows are not even locked while NATS is down.
+			if lifecycle, err = selectBatch(ctx, tx, lifecycleKinds, r.opts.BatchSize); err != nil {
+				return err
+			}
+		}
+		more = len(advisory) == r.opts.BatchSize || len(lifecycle) == r.opts.BatchSize
+
+		done := make([]int64, 0, len(advisory)+len(lifecycle))
+		published += r.publishAdvisory(advisory, connected)
+		for _, a := range advisory {
+			done = append(done, a.id)
+		}
+		acked, discarded, err := r.publishLifecycle(ctx, lifecycle)
+		lifecycleErr = err
+		published += len(acked)
+		done = append(append(done, acked...), discarded...)
+		if lifecycleErr != nil {
+			more = false // back off until the next wake-up or poll
+		}
+		if err := deleteRows(ctx, tx, done); err != nil {
+			return err
+		}
+		if r.beforeCommit != nil {
+			if err := r.beforeCommit(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return published, false, fmt.Errorf("relay outbox batch: %w", err)
+	}
+	if lifecycleErr != nil {
+		return published, false, fmt.Errorf("relay outbox batch: %w", lifecycleErr)
+	}
+	return published, more, nil
+}
+
+// publishAdvisory sends one coalesced wake-up for all job_available rows and
+// one revocation per lease_revoked row, and returns how many rows went out.
+// Every advisory row is done afterwards, sent or not: while NATS is down they
+// are dropped by design (see the package documentation).
+func (r *Relay) publishAdvisory(rows []row, connected bool) int {
+	var available []row
+	var revoked []row
+	for _, a := range rows {
+		if a.kind == metrics.OutboxKindAvailable {
+			available = append(available, a)
+		} else {
+			revoked = append(revoked, a)
+		}
+	}
+	sent := 0
+	count := func(kind, outcome string, n int) {
+		if n > 0 {
+			r.m.Published.WithLabelValues(kind, outcome).Add(float64(n))
+		}
+	}
+	if len(available) > 0 {
+		if connected && r.nc.Publish(r.subjects.JobsAvailable(), nil) == nil {
+			count(metrics.OutboxKindAvailable, metrics.OutboxPublished, len(available))
+			sent += len(available)
+		} else {
+			count(metrics.OutboxKindAvailable, metrics.OutboxDropped, len(available))
+		}
+	}
+	for _, v := range revoked {
+		if connected && v.jobID.Valid &&
+			r.nc.Publish(r.subjects.JobsRevoked(), []byte(v.jobID.UUID.String())) == nil {
+			count(metrics.OutboxKindRevoked, metrics.OutboxPublished, 1)
+			sent++
+			continue
+		}
+		count(metrics.OutboxKindRevoked, metrics.OutboxDropped, 1)
+	}
+	return sent
+}
+
+// publishLifecycle publishes rows to JetStream asynchronously, waits for the
+// acknowledgements (bounded by PublishTimeout), and returns the ids of the
+// acknowledged rows, the ids of malformed rows to discard, and an error when
+// any row was not acknowledged. A malformed row (which no mightyETL statement
+// writes) is discarded and counted as dropped, so it cannot block the outbox
+// forever.
+func (r *Relay) publishLifecycle(ctx context.Context, rows []row) (acked, discarded []int64, err error) {
+	if len(rows) == 0 {
+		return nil, nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.opts.PublishTimeout)
+	defer cancel()
+	if !r.streamReady.Load() {
+		if _, err := events.EnsureLifecycleStream(ctx, r.js, r.subjects.Prefix()); err != nil {
+			r.m.Published.WithLabelValues(metrics.OutboxKindLifecycle, metrics.OutboxFailed).Add(float64(len(rows)))
+			return nil, nil, fmt.Errorf("ensure lifecycle stream: %w", err)
+		}
+		r.streamReady.Store(true)
+	}
+	type pending struct {
+		id  int64
+		fut jetstream.PubAckFuture
+	}
+	var (
+		inflight []pending
+		firstErr error
+		failed   int
+	)
+	fail := func(err error) {
+		failed++
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	for _, lr := range rows {
+		if !lr.jobID.Valid || lr.status == nil {
+			r.m.Published.WithLabelValues(metrics.OutboxKindLifecycle, metrics.OutboxDropped).Inc()
+			r.log.Error("dropping a malformed lifecycle outbox row")
+			discarded = append(discarded, lr.id)
+			continue
+		}
+		e := events.Lifecycle{OutboxID: lr.id, JobID: lr.jobID.UUID, Status: *lr.status, OccurredAt: lr.occurredAt}
+		if lr.attemptCount != nil {
+			e.AttemptCount = int(*lr.attemptCount)
+		}
+		if lr.code != nil {
+			e.Code = *lr.code
+		}
+		msg, err := events.LifecycleMsg(r.subjects, r.opts.Source, e)
+		if err != nil {
+			r.m.Published.WithLabelValues(metrics.OutboxKindLifecycle, metrics.OutboxDropped).Inc()
+			r.log.Error("dropping a malformed lifecycle outbox row")
+			discarded = append(discarded, lr.id)
+			continue
+		}
+		fut, err := r.js.PublishMsgAsync(msg)
+		if err != nil {
+			fail(err)
+			continue
+		}
+		inflight = append(inflight, pending{lr.id, fut})
+	}
+	for _, p := range inflight {
+		select {
+		case <-p.fut.Ok():
+			acked = append(acked, p.id)
+		case err := <-p.fut.Err():
+			fail(err)
+		case <-ctx.Done():
+			fail(fmt.Errorf("wait for jetstream acknowledgement: %w", ctx.Err()))
+		}
+	}
+	if len(acked) > 0 {
+		r.m.Published.WithLabelValues(metrics.OutboxKindLifecycle, metrics.OutboxPublished).Add(float64(len(acked)))
+	}
+	if failed > 0 {
+		r.m.Published.WithLabelValues(metrics.OutboxKindLifecycle, metrics.OutboxFailed).Add(float64(failed))
+		if errors.Is(firstErr, jetstream.ErrNoStreamResponse) || errors.Is(firstErr, nats.ErrNoResponders) {
+			r.streamReady.Store(false) // the stream vanished: set it up again next time
+		}
+		return acked, discarded, fmt.Errorf("publish lifecycle events: %d of %d not acknowledged: %w", failed, len(rows), firstErr)
+	}
+	return acked, discarded, nil
+}

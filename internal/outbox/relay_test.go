@@ -1,0 +1,574 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+
+	"github.com/mightyetl/mightyetl/internal/events"
+	"github.com/mightyetl/mightyetl/internal/metrics"
+	"github.com/mightyetl/mightyetl/internal/natstest"
+	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+type fixture struct {
+	pool     *pgxpool.Pool
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	subjects events.Subjects
+}
+
+// newFixture gives a test its own database and subject prefix on the shared
+// NATS server; its lifecycle stream is deleted when the test ends.
+func newFixture(t *testing.T, natsURL string) fixture {
+	t.Helper()
+	pool, _ := pgtest.NewDatabase(t)
+	if natsURL == "" {
+		natsURL = natstest.URL(t)
+	}
+	prefix := natstest.Prefix(t)
+	nc, err := events.Connect(t.Context(), events.Options{URL: natsURL, Name: "outbox-test", ReconnectWait: 50 * time.Millisecond}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := events.NewSubjects(prefix)
+	t.Cleanup(func() {
+		if nc.IsConnected() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = js.DeleteStream(ctx, s.LifecycleStream())
+		}
+	})
+	return fixture{pool: pool, nc: nc, js: js, subjects: s}
+}
+
+func (f fixture) relay(t *testing.T, m *metrics.Outbox, opts Options) *Relay {
+	t.Helper()
+	r, err := New(f.pool, f.nc, f.subjects.Prefix(), slog.New(slog.DiscardHandler), m, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (f fixture) start(t *testing.T, r *Relay) {
+	t.Helper()
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := r.Stop(ctx); err != nil {
+			t.Errorf("stop relay: %v", err)
+		}
+	})
+}
+
+type outboxRow struct {
+	kind, status, code string
+	jobID              uuid.UUID
+	attempts           int
+}
+
+// insert writes outbox rows directly and returns their ids, in order.
+func (f fixture) insert(t *testing.T, rows ...outboxRow) []int64 {
+	t.Helper()
+	ids := make([]int64, 0, len(rows))
+	for _, r := range rows {
+		var status, code *string
+		if r.status != "" {
+			status = &r.status
+		}
+		if r.code != "" {
+			code = &r.code
+		}
+		jobID := r.jobID
+		if jobID == uuid.Nil {
+			jobID = uuid.New()
+		}
+		var id int64
+		err := f.pool.QueryRow(t.Context(), `
+			INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, attempt_count, event_code)
+			VALUES ($1, $2, $3, $4, $5) RETURNING outbox_event_id`,
+			r.kind, jobID, status, r.attempts, code).Scan(&id)
+		if err != nil {
+			t.Fatalf("insert outbox row: %v", err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func available(n int) []outboxRow {
+	out := make([]outboxRow, n)
+	for i := range out {
+		out[i] = outboxRow{kind: metrics.OutboxKindAvailable, status: "PENDING"}
+	}
+	return out
+}
+
+func lifecycle(status, code string) outboxRow {
+	return outboxRow{kind: metrics.OutboxKindLifecycle, status: status, code: code, attempts: 1}
+}
+
+func (f fixture) count(t *testing.T, where string) int {
+	t.Helper()
+	var n int
+	if err := f.pool.QueryRow(t.Context(), "SELECT count(*) FROM etl_outbox_events WHERE "+where).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (f fixture) streamMsgs(t *testing.T) uint64 {
+	t.Helper()
+	st, err := f.js.Stream(t.Context(), f.subjects.LifecycleStream())
+	if err != nil {
+		t.Fatalf("lifecycle stream: %v", err)
+	}
+	info, err := st.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// drain runs batches until one publishes nothing and returns the number of
+// non-empty batches and the rows they published.
+func drain(t *testing.T, r *Relay) (batches, rows int) {
+	t.Helper()
+	for {
+		n, err := r.RunOnce(t.Context())
+		if err != nil {
+			t.Fatalf("run once: %v", err)
+		}
+		if n == 0 {
+			return batches, rows
+		}
+		batches++
+		rows += n
+	}
+}
+
+// sentinel publishes a marker on subject from the same connection as the
+// relay: core NATS keeps one connection's messages in order, so everything
+// the relay sent before arrives before the marker.
+func sentinel(t *testing.T, nc *nats.Conn, subject string) {
+	t.Helper()
+	if err := nc.Publish(subject, []byte("sentinel")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// collect receives from sub until the sentinel and returns what came before.
+func collect(t *testing.T, sub *nats.Subscription) []*nats.Msg {
+	t.Helper()
+	var out []*nats.Msg
+	for {
+		msg, err := sub.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("next message: %v", err)
+		}
+		if string(msg.Data) == "sentinel" {
+			return out
+		}
+		out = append(out, msg)
+	}
+}
+
+func TestAvailableRowsCoalesceIntoOneWakeupPerBatch(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "")
+	sub, err := f.nc.SubscribeSync(f.subjects.JobsAvailable())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.NewOutbox(nil)
+	r := f.relay(t, m, Options{BatchSize: 4})
+	f.insert(t, available(10)...)
+
+	if got, _ := drain(t, r); got != 3 {
+		t.Fatalf("batches = %d, want 3 (4+4+2 rows)", got)
+	}
+	sentinel(t, f.nc, f.subjects.JobsAvailable())
+	msgs := collect(t, sub)
+	if len(msgs) != 3 {
+		t.Fatalf("wake-up messages = %d, want 3 (one per batch)", len(msgs))
+	}
+	for _, msg := range msgs {
+		if len(msg.Data) != 0 {
+			t.Fatalf("wake-up body = %q, want empty", msg.Data)
+		}
+	}
+	if n := f.count(t, "true"); n != 0 {
+		t.Fatalf("outbox rows left = %d, want 0", n)
+	}
+	if got := testutil.ToFloat64(m.Published.WithLabelValues(metrics.OutboxKindAvailable, metrics.OutboxPublished)); got != 10 {
+		t.Fatalf("published available rows = %v, want 10", got)
+	}
+}
+
+func TestLeaseRevokedRowsDeliverTheJobID(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "")
+	em := metrics.NewEvents(nil)
+	got := make(chan uuid.UUID, 10)
+	sub, err := events.SubscribeRevocations(f.nc, f.subjects.Prefix(), em, func(id uuid.UUID) { got <- id })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	a, b := uuid.New(), uuid.New()
+	f.insert(t,
+		outboxRow{kind: metrics.OutboxKindRevoked, jobID: a, status: "CANCELLED"},
+		outboxRow{kind: metrics.OutboxKindRevoked, jobID: b, status: "CANCELLED"})
+	r := f.relay(t, nil, Options{})
+	if n, err := r.RunOnce(t.Context()); err != nil || n != 2 {
+		t.Fatalf("run once = %d, %v; want 2, nil", n, err)
+	}
+	// A malformed revocation is ignored and counted.
+	sentinelID := uuid.New()
+	if err := f.nc.Publish(f.subjects.JobsRevoked(), []byte("not-a-uuid")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.nc.Publish(f.subjects.JobsRevoked(), []byte(sentinelID.String())); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[uuid.UUID]bool{}
+	for len(seen) < 3 {
+		select {
+		case id := <-got:
+			seen[id] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("revocations received: %v", seen)
+		}
+	}
+	if !seen[a] || !seen[b] || !seen[sentinelID] {
+		t.Fatalf("revocations received: %v, want %s and %s", seen, a, b)
+	}
+	if n := testutil.ToFloat64(em.Malformed.WithLabelValues(metrics.WakeupRevoked)); n != 1 {
+		t.Fatalf("malformed revocations = %v, want 1", n)
+	}
+}
+
+func TestLifecycleEventsReachJetStreamAsCloudEvents(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "")
+	ids := f.insert(t,
+		lifecycle("SUCCEEDED", ""),
+		lifecycle("FAILED", "etl_record_invalid"),
+		lifecycle("CANCELLED", "etl_job_cancelled_by_owner"))
+	r := f.relay(t, nil, Options{})
+	if n, err := r.RunOnce(t.Context()); err != nil || n != 3 {
+		t.Fatalf("run once = %d, %v; want 3, nil", n, err)
+	}
+	st, err := f.js.Stream(t.Context(), f.subjects.LifecycleStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := st.CachedInfo()
+	if info.Config.MaxAge != events.LifecycleMaxAge || info.Config.Duplicates != events.LifecycleDuplicateWindow ||
+		info.Config.Storage != jetstream.FileStorage || info.Config.Retention != jetstream.LimitsPolicy {
+		t.Fatalf("stream config = %+v", info.Config)
+	}
+	want := []struct{ status, failure, cancellation string }{
+		{"SUCCEEDED", "", ""},
+		{"FAILED", "etl_record_invalid", ""},
+		{"CANCELLED", "", "etl_job_cancelled_by_owner"},
+	}
+	for i, w := range want {
+		msg, err := st.GetMsg(t.Context(), uint64(i+1))
+		if err != nil {
+			t.Fatalf("get message %d: %v", i+1, err)
+		}
+		if msg.Subject != f.subjects.Prefix()+".lifecycle."+strings.ToLower(w.status) {
+			t.Errorf("subject = %s", msg.Subject)
+		}
+		if got := msg.Header.Get(jetstream.MsgIDHeader); got != strconv.FormatInt(ids[i], 10) {
+			t.Errorf("Nats-Msg-Id = %q, want outbox id %d", got, ids[i])
+		}
+		var env map[string]json.RawMessage
+		if err := json.Unmarshal(msg.Data, &env); err != nil {
+			t.Fatalf("envelope: %v", err)
+		}
+		keys := map[string]bool{}
+		for k := range env {
+			keys[k] = true
+		}
+		for _, k := range []string{"specversion", "id", "source", "type", "time", "datacontenttype", "data"} {
+			if !keys[k] {
+				t.Errorf("envelope lacks %q", k)
+			}
+			delete(keys, k)
+		}
+		if len(keys) != 0 {
+			t.Errorf("envelope has extra attributes %v", keys)
+		}
+		var ce events.CloudEvent
+		if err := json.Unmarshal(msg.Data, &ce); err != nil {
+			t.Fatal(err)
+		}
+		if ce.SpecVersion != "1.0" || ce.ID != strconv.FormatInt(ids[i], 10) || ce.Source != events.DefaultSource ||
+			ce.Type != "io.mightyetl.job."+strings.ToLower(w.status) || ce.DataContentType != "application/json" ||
+			ce.Time.IsZero() {
+			t.Errorf("envelope = %+v", ce)
+		}
+		var data map[string]any
+		if err := json.Unmarshal(env["data"], &data); err != nil {
+			t.Fatal(err)
+		}
+		allowed := map[string]bool{"jobRecordId": true, "jobStatus": true, "attemptCount": true, "failureCode": true, "cancellationCode": true}
+		for k := range data {
+			if !allowed[k] {
+				t.Errorf("data has unexpected field %q (payload-free envelope)", k)
+			}
+		}
+		if ce.Data.JobStatus != w.status || ce.Data.FailureCode != w.failure || ce.Data.CancellationCode != w.cancellation || ce.Data.AttemptCount != 1 {
+			t.Errorf("data = %+v", ce.Data)
+		}
+	}
+	if n := f.count(t, "true"); n != 0 {
+		t.Fatalf("outbox rows left = %d, want 0", n)
+	}
+}
+
+func TestCrashBetweenPublishAndDeleteRepublishesAndStreamDeduplicates(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "")
+	m := metrics.NewOutbox(nil)
+	r := f.relay(t, m, Options{})
+	f.insert(t, lifecycle("SUCCEEDED", ""), lifecycle("FAILED", "etl_record_invalid"))
+
+	crash := errors.New("relay died before commit")
+	r.beforeCommit = func() error { return crash }
+	if _, err := r.RunOnce(t.Context()); !errors.Is(err, crash) {
+		t.Fatalf("run once = %v, want the simulated crash", err)
+	}
+	if n := f.count(t, "true"); n != 2 {
+		t.Fatalf("outbox rows after crash = %d, want 2 (nothing lost)", n)
+	}
+	r.beforeCommit = nil
+	if n, err := r.RunOnce(t.Context()); err != nil || n != 2 {
+		t.Fatalf("run once after restart = %d, %v; want 2, nil", n, err)
+	}
+	if got := testutil.ToFloat64(m.Published.WithLabelValues(metrics.OutboxKindLifecycle, metrics.OutboxPublished)); got != 4 {
+		t.Fatalf("lifecycle publishes = %v, want 4 (each event twice)", got)
+	}
+	if got := f.streamMsgs(t); got != 2 {
+		t.Fatalf("stream messages = %d, want 2 (duplicates dropped by Nats-Msg-Id)", got)
+	}
+	if n := f.count(t, "true"); n != 0 {
+		t.Fatalf("outbox rows left = %d, want 0", n)
+	}
+}
+
+func TestTwoRelaysPublishEachRowOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "")
+	const n = 300
+	rows := available(n)
+	for i := 0; i < n; i++ {
+		rows = append(rows, lifecycle("SUCCEEDED", ""))
+	}
+	f.insert(t, rows...)
+	m1, m2 := metrics.NewOutbox(nil), metrics.NewOutbox(nil)
+	r1 := f.relay(t, m1, Options{BatchSize: 7})
+	r2 := f.relay(t, m2, Options{BatchSize: 7})
+
+	// Both relays race over the same rows from the same start.
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	totals := make([]int, 2)
+	errs := make([]error, 2)
+	for i, r := range []*Relay{r1, r2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for {
+				p, err := r.RunOnce(context.Background())
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				if p == 0 {
+					return
+				}
+				totals[i] += p
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A relay may see an empty batch while the other still holds rows; finish up.
+	_, rest := drain(t, r1)
+	totals[0] += rest
+	if got := totals[0] + totals[1]; got != 2*n {
+		t.Fatalf("rows published = %d (%v), want %d: each row exactly once", got, totals, 2*n)
+	}
+	lc := testutil.ToFloat64(m1.Published.WithLabelValues(metrics.OutboxKindLifecycle, metrics.OutboxPublished)) +
+		testutil.ToFloat64(m2.Published.WithLabelValues(metrics.OutboxKindLifecycle, metrics.OutboxPublished))
+	if lc != n {
+		t.Fatalf("lifecycle publishes = %v, want %d", lc, n)
+	}
+	if got := f.streamMsgs(t); got != n {
+		t.Fatalf("stream messages = %d, want %d", got, n)
+	}
+	if left := f.count(t, "true"); left != 0 {
+		t.Fatalf("outbox rows left = %d", left)
+	}
+}
+
+func TestNotifyWakesTheRelayLongBeforeThePoll(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "")
+	sub, err := f.nc.SubscribeSync(f.subjects.JobsAvailable())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.NewOutbox(nil)
+	r := f.relay(t, m, Options{PollInterval: 30 * time.Second})
+	f.start(t, r)
+	notified := func() float64 { return testutil.ToFloat64(m.Wakeups.WithLabelValues(metrics.WakeNotify)) }
+	// The listener signals once when LISTEN is established.
+	eventually(t, 10*time.Second, "LISTEN established", func() bool { return notified() >= 1 })
+	before := notified()
+
+	_, err = pg.InsertJobs(t.Context(), f.pool, []pg.NewJob{{
+		Kind:               pg.KindETLRecords,
+		PrincipalScopeHash: strings.Repeat("a", 64),
+		SubmissionKeyHash:  strings.Repeat("b", 64),
+		RequestDigest:      strings.Repeat("c", 64),
+		Payload:            `[]`,
+		MaxAttempts:        3,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Far less than the 30s poll: only the notification can explain it.
+	if _, err := sub.NextMsg(10 * time.Second); err != nil {
+		t.Fatalf("no wake-up before the poll interval: %v", err)
+	}
+	if notified() <= before {
+		t.Fatalf("wake-up published without a notification")
+	}
+}
+
+func TestNATSOutageKeepsLifecycleRowsDropsAdvisoryAndDrainsAfterRestart(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartServer(t)
+	f := newFixture(t, srv.URL())
+	m := metrics.NewOutbox(nil)
+	r := f.relay(t, m, Options{PollInterval: 50 * time.Millisecond})
+	f.start(t, r)
+
+	// Healthy: the stream exists and one event is in it.
+	f.insert(t, lifecycle("SUCCEEDED", ""))
+	eventually(t, 10*time.Second, "first event published", func() bool { return f.count(t, "true") == 0 })
+
+	srv.Stop()
+	eventually(t, 10*time.Second, "client sees the outage", func() bool { return !f.nc.IsConnected() })
+	lifecycleIDs := f.insert(t, lifecycle("SUCCEEDED", ""), lifecycle("FAILED", "etl_record_invalid"), lifecycle("CANCELLED", "etl_job_cancelled_by_owner"))
+	rows := append(available(5), outboxRow{kind: metrics.OutboxKindRevoked, status: "CANCELLED"})
+	f.insert(t, rows...)
+
+	dropped := func() float64 {
+		return testutil.ToFloat64(m.Published.WithLabelValues(metrics.OutboxKindAvailable, metrics.OutboxDropped)) +
+			testutil.ToFloat64(m.Published.WithLabelValues(metrics.OutboxKindRevoked, metrics.OutboxDropped))
+	}
+	eventually(t, 10*time.Second, "advisory rows dropped", func() bool { return dropped() == 6 })
+	if n := f.count(t, "event_kind <> 'job_lifecycle'"); n != 0 {
+		t.Fatalf("advisory rows left during outage = %d, want 0 (dropped)", n)
+	}
+	// The relay keeps running through the outage: more polls happen, and the
+	// lifecycle rows stay put.
+	polls := testutil.ToFloat64(m.Wakeups.WithLabelValues(metrics.WakePoll))
+	eventually(t, 10*time.Second, "relay keeps polling", func() bool {
+		return testutil.ToFloat64(m.Wakeups.WithLabelValues(metrics.WakePoll)) >= polls+3
+	})
+	if n := f.count(t, "event_kind = 'job_lifecycle'"); n != len(lifecycleIDs) {
+		t.Fatalf("lifecycle rows during outage = %d, want %d (never dropped)", n, len(lifecycleIDs))
+	}
+	eventually(t, 10*time.Second, "backlog gauge shows the kept rows", func() bool {
+		return testutil.ToFloat64(m.Backlog) == float64(len(lifecycleIDs))
+	})
+
+	srv.Start()
+	eventually(t, 30*time.Second, "backlog drained after NATS came back", func() bool { return f.count(t, "true") == 0 })
+	if got := f.streamMsgs(t); got != 1+uint64(len(lifecycleIDs)) {
+		t.Fatalf("stream messages = %d, want %d", got, 1+len(lifecycleIDs))
+	}
+}
+
+func TestStartStopContract(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "")
+	r := f.relay(t, nil, Options{})
+	if err := r.Stop(t.Context()); err != nil {
+		t.Fatalf("stop before start: %v", err)
+	}
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(t.Context()); !errors.Is(err, ErrAlreadyStarted) {
+		t.Fatalf("second start = %v, want ErrAlreadyStarted", err)
+	}
+	for range 2 {
+		if err := r.Stop(t.Context()); err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+	}
+	if _, err := New(f.pool, f.nc, "bad prefix", nil, nil, Options{}); !errors.Is(err, events.ErrInvalidPrefix) {
+		t.Fatalf("bad prefix = %v", err)
+	}
+}

@@ -1,0 +1,145 @@
+package worker_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mightyetl/mightyetl/internal/events"
+	"github.com/mightyetl/mightyetl/internal/metrics"
+	"github.com/mightyetl/mightyetl/internal/natstest"
+	"github.com/mightyetl/mightyetl/internal/outbox"
+	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/pgtest"
+	"github.com/mightyetl/mightyetl/internal/worker"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// startRelay runs the outbox relay for pool on nc under prefix until the test ends.
+func startRelay(t *testing.T, pool *pgxpool.Pool, nc *nats.Conn, prefix string) {
+	t.Helper()
+	r, err := outbox.New(pool, nc, prefix, nil, metrics.NewOutbox(prometheus.NewRegistry()), outbox.Options{PollInterval: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Stop(context.Background()) })
+}
+
+// subscribe wires a worker to wake-ups and revocations like worker.Process does.
+func subscribe(t *testing.T, nc *nats.Conn, prefix string, w *worker.Worker) {
+	t.Helper()
+	if _, err := events.SubscribeWakeups(nc, prefix, nil, w.Wake); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := events.SubscribeRevocations(nc, prefix, nil, w.Revoke); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// cancelJob cancels a job the way the intake's cancellation statement does:
+// one conditional UPDATE plus lifecycle and revocation outbox rows.
+func cancelJob(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) {
+	t.Helper()
+	tag, err := pool.Exec(context.Background(), `
+WITH old AS (
+    SELECT job_record_id, job_status FROM etl_job_records
+    WHERE job_record_id = $1 AND job_status IN ('PENDING','RUNNING') FOR UPDATE
+), c AS (
+    UPDATE etl_job_records j SET job_status='CANCELLED', request_payload=NULL,
+        lease_claim_id=NULL, lease_owner_id=NULL, lease_expires_at=NULL, lease_fencing_token=NULL,
+        cancellation_key_hash=$2, cancellation_code='etl_job_cancelled_by_owner',
+        job_cancelled_at=clock_timestamp(), updated_at=clock_timestamp()
+    FROM old WHERE j.job_record_id = old.job_record_id
+    RETURNING j.job_record_id, j.attempt_count, old.job_status AS previous
+)
+INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, attempt_count, event_code)
+SELECT 'job_lifecycle', job_record_id, 'CANCELLED', attempt_count, 'etl_job_cancelled_by_owner' FROM c
+UNION ALL
+SELECT 'lease_revoked', job_record_id, 'CANCELLED', attempt_count, NULL FROM c WHERE previous = 'RUNNING'`, id, sha("cancel-key"))
+	if err != nil || tag.RowsAffected() == 0 {
+		t.Fatalf("cancel: %v rows %d", err, tag.RowsAffected())
+	}
+}
+
+func TestWakeupDeliversJobLongBeforePoll(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	nc := natstest.Connect(t, natstest.URL(t))
+	prefix := natstest.Prefix(t)
+	startRelay(t, pool, nc, prefix)
+	cfg := fastConfig()
+	cfg.PollInterval = 30 * time.Second
+	claims := make(chan int, 100)
+	h := newWorker(t, url, cfg, worker.Hooks{AfterClaim: func(n int) { claims <- n }})
+	subscribe(t, nc, prefix, h.w)
+	h.start(t)
+	// After the producer's start-up claim round only a wake-up (or a poll
+	// 30s away) can bring the job.
+	if n := <-claims; n != 0 {
+		t.Fatalf("start-up claim took %d jobs from an empty queue", n)
+	}
+	start := time.Now()
+	insert(t, pool, jobSpec{payload: records(1, "wake")})
+	waitFor(t, 20*time.Second, "job succeeded via wake-up", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 1 })
+	if elapsed := time.Since(start); elapsed >= 30*time.Second {
+		t.Fatalf("job took %v: it waited for the poll", elapsed)
+	}
+	if testutil.ToFloat64(h.m.WakeupsReceived) < 1 {
+		t.Fatal("no wake-up received")
+	}
+}
+
+func TestCancelledRunningJobStopsThroughNATSRevocation(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	nc := natstest.Connect(t, natstest.URL(t))
+	prefix := natstest.Prefix(t)
+	startRelay(t, pool, nc, prefix)
+	cfg := fastConfig() // renewals every 10s: a stop within a second came from NATS
+	h := newWorker(t, url, cfg, worker.Hooks{})
+	subscribe(t, nc, prefix, h.w)
+	h.start(t)
+	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(60*time.Second, "", 1)})
+	waitFor(t, 20*time.Second, "running", func() bool { return h.w.Running() == 1 })
+	cancelJob(t, pool, ids[0])
+	waitFor(t, 20*time.Second, "handler cancelled", func() bool { return h.outcome(metrics.OutcomeCancelled) == 1 })
+	if v := testutil.ToFloat64(h.m.ClaimsLost.WithLabelValues(metrics.LostRevoked)); v != 1 {
+		t.Fatalf("lost via revocation %v, want 1", v)
+	}
+	if testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalStale)) != 0 {
+		t.Fatal("a renewal, not the revocation, stopped the handler")
+	}
+	st, _, _ := jobState(t, pool, ids[0])
+	if st != pg.StatusCancelled {
+		t.Fatalf("status %s", st)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM processed_data`); n != 0 {
+		t.Fatalf("cancelled job loaded %d rows", n)
+	}
+}
+
+func TestCancelledRunningJobStopsAtNextRenewalWithoutNATS(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	cfg := fastConfig()
+	cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin = 3*time.Second, 500*time.Millisecond, 500*time.Millisecond
+	h := newWorker(t, url, cfg, worker.Hooks{})
+	h.start(t)
+	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(60*time.Second, "", 1)})
+	waitFor(t, 20*time.Second, "running", func() bool { return h.w.Running() == 1 })
+	cancelJob(t, pool, ids[0])
+	waitFor(t, 20*time.Second, "handler cancelled", func() bool { return h.outcome(metrics.OutcomeCancelled) == 1 })
+	if v := testutil.ToFloat64(h.m.ClaimsLost.WithLabelValues(metrics.LostNotRenewed)); v != 1 {
+		t.Fatalf("lost via renewal %v, want 1", v)
+	}
+	if testutil.CollectAndCount(h.m.CancelToStop) != 1 {
+		t.Fatal("cancel-to-stop latency not observed")
+	}
+}
