@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -95,20 +96,43 @@ func diagnostic(d time.Duration, failWith string, recs int) string {
 }
 
 type harness struct {
-	w   *worker.Worker
-	m   *metrics.Worker
-	reg *prometheus.Registry
+	w    *worker.Worker
+	m    *metrics.Worker
+	reg  *prometheus.Registry
+	exec *pgxpool.Pool
 }
 
 func newWorker(t *testing.T, url string, cfg worker.Config, hooks worker.Hooks) *harness {
 	t.Helper()
-	exec := pgtest.NewPool(t, url, int32(min(cfg.Concurrency+4, 20)))
-	renew := pgtest.NewPool(t, url, 2)
+	return newWorkerWith(t, url, cfg, hooks, harnessOptions{})
+}
+
+// harnessOptions adjusts newWorkerWith; zero values take the defaults.
+type harnessOptions struct {
+	renewURL  string // renewal pool URL (e.g. through a proxy); default url
+	execConns int32
+	handlers  map[string]worker.Handler
+	log       *slog.Logger
+}
+
+func newWorkerWith(t *testing.T, url string, cfg worker.Config, hooks worker.Hooks, o harnessOptions) *harness {
+	t.Helper()
+	if o.renewURL == "" {
+		o.renewURL = url
+	}
+	if o.execConns == 0 {
+		o.execConns = int32(min(cfg.Concurrency+4, 20))
+	}
+	if o.handlers == nil {
+		o.handlers = worker.DefaultHandlers(100000)
+	}
+	exec := pgtest.NewPool(t, url, o.execConns)
+	renew := pgtest.NewPool(t, o.renewURL, 2)
 	reg := prometheus.NewRegistry()
 	m := metrics.NewWorker(reg)
-	w := worker.New(cfg, exec, renew, worker.DefaultHandlers(100000), m, nil)
+	w := worker.New(cfg, exec, renew, o.handlers, m, o.log)
 	w.SetHooks(hooks)
-	return &harness{w: w, m: m, reg: reg}
+	return &harness{w: w, m: m, reg: reg, exec: exec}
 }
 
 func (h *harness) start(t *testing.T) {

@@ -1,0 +1,307 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mightyetl/mightyetl/internal/lease"
+	"github.com/mightyetl/mightyetl/internal/metrics"
+	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/pgtest"
+	"github.com/mightyetl/mightyetl/internal/worker"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// shortLease is a configuration whose lease lapses within seconds, so tests
+// drive expiry through the database clock quickly.
+func shortLease() worker.Config {
+	cfg := fastConfig()
+	cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin = 2*time.Second, 400*time.Millisecond, 400*time.Millisecond
+	return cfg
+}
+
+func leaseLive(t *testing.T, pool *pgxpool.Pool, id any) bool {
+	t.Helper()
+	var live bool
+	if err := pool.QueryRow(context.Background(), `SELECT coalesce(lease_expires_at > clock_timestamp(), false) FROM etl_job_records WHERE job_record_id=$1`, id).Scan(&live); err != nil {
+		t.Fatal(err)
+	}
+	return live
+}
+
+// A worker whose renewer is paused (not killed) keeps its job only until the
+// database says the lease expired; then a rival reclaims, and the paused
+// worker's late finish is fenced and rolls back.
+func TestPausedRenewerIsReclaimedOnlyAfterDatabaseExpiry(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(4*time.Second, "", 2)})
+	renewGate := make(chan struct{})
+	var gateOnce sync.Once
+	openGate := func() { gateOnce.Do(func() { close(renewGate) }) }
+	cfg := shortLease()
+	cfg.OwnerID = "paused-renewer"
+	cfg.Concurrency = 1
+	a := newWorker(t, url, cfg, worker.Hooks{BeforeRenew: func() { <-renewGate }})
+	a.start(t)
+	t.Cleanup(openGate) // runs before a's Stop (cleanups are LIFO), so Stop never waits on the gate
+	waitFor(t, 20*time.Second, "A running", func() bool { return a.w.Running() == 1 })
+	// The rival finds nothing while the database says the lease is live.
+	for leaseLive(t, pool, ids[0]) {
+		res, err := lease.ClaimJobs(context.Background(), pool, lease.ClaimParams{OwnerID: "rival-claimer", Limit: 1, LeaseDuration: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Claimed) > 0 {
+			// Legal only if the lease expired between the check and the claim.
+			if leaseLive(t, pool, ids[0]) {
+				t.Fatal("rival claimed a live lease")
+			}
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// After expiry the rival gets it (if the loop above did not already).
+	waitFor(t, 20*time.Second, "rival holds the job", func() bool {
+		var owner *string
+		if err := pool.QueryRow(context.Background(), `SELECT lease_owner_id FROM etl_job_records WHERE job_record_id=$1`, ids[0]).Scan(&owner); err != nil {
+			t.Fatal(err)
+		}
+		if owner != nil && *owner == "rival-claimer" {
+			return true
+		}
+		res, err := lease.ClaimJobs(context.Background(), pool, lease.ClaimParams{OwnerID: "rival-claimer", Limit: 1, LeaseDuration: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(res.Claimed) == 1
+	})
+	// A's handler finishes (4s) and its fenced finish affects zero rows.
+	openGate()
+	waitFor(t, 30*time.Second, "A's late finish fenced", func() bool { return a.outcome(metrics.OutcomeStale) == 1 })
+	if n := count(t, pool, `SELECT count(*) FROM processed_data`); n != 0 {
+		t.Fatalf("stale worker's %d target rows survived", n)
+	}
+	st, attempts, _ := jobState(t, pool, ids[0])
+	if st != pg.StatusRunning || attempts != 2 {
+		t.Fatalf("state %s attempts %d; want RUNNING under the rival's attempt 2", st, attempts)
+	}
+}
+
+// Handlers that occupy every execution slot and hold every execution
+// connection for several renewal intervals cannot starve renewal: it has its
+// own goroutine and pool.
+func TestRenewalIsNotStarvedByBusyHandlers(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	const slots = 3
+	cfg := shortLease()
+	cfg.Concurrency = slots
+	var execPool atomic.Pointer[pgxpool.Pool]
+	hold := 5 * time.Second // 2.5 lease durations, 12 renewal intervals
+	handlers := worker.DefaultHandlers(1000)
+	base := handlers[pg.KindDiagnostic]
+	holding := make(chan struct{}, slots)
+	handlers[pg.KindDiagnostic] = func(ctx context.Context, c *lease.Claim) (worker.Output, error) {
+		// Hold one execution connection for the whole computation.
+		conn, err := execPool.Load().Acquire(ctx)
+		if err != nil {
+			return worker.Output{}, err
+		}
+		holding <- struct{}{}
+		select {
+		case <-time.After(hold):
+		case <-ctx.Done():
+			conn.Release()
+			return worker.Output{}, context.Cause(ctx)
+		}
+		conn.Release()
+		return base(ctx, c)
+	}
+	h := newWorkerWith(t, url, cfg, worker.Hooks{}, harnessOptions{execConns: slots, handlers: handlers})
+	execPool.Store(h.exec)
+	var specs []jobSpec
+	for range slots {
+		specs = append(specs, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(0, "", 1)})
+	}
+	insert(t, pool, specs...)
+	h.start(t)
+	for range slots {
+		<-holding
+	}
+	if st := h.exec.Stat(); st.AcquiredConns() != slots || st.MaxConns() != slots {
+		t.Fatalf("handlers hold %d of %d execution connections", st.AcquiredConns(), st.MaxConns())
+	}
+	waitFor(t, 60*time.Second, "all succeeded", func() bool { return h.outcome(metrics.OutcomeSucceeded) == slots })
+	if n := count(t, pool, `SELECT count(*) FROM etl_job_records WHERE attempt_count <> 1`); n != 0 {
+		t.Fatalf("%d jobs were reclaimed: renewal starved", n)
+	}
+	if v := testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalRenewed)); v < slots*5 {
+		t.Fatalf("renewals %v, want ≥ %d", v, slots*5)
+	}
+}
+
+// A connection cut between the renewer and PostgreSQL never counts as a
+// renewal: the worker retries only within its conservative view of the
+// lease, then treats the claim as lost (fail closed) and stops the handler.
+func TestRenewalConnectionCutFailsClosed(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	proxy := pgtest.NewProxy(t, url)
+	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(time.Hour, "", 1)})
+	cfg := shortLease()
+	cfg.Concurrency = 1
+	h := newWorkerWith(t, url, cfg, worker.Hooks{}, harnessOptions{renewURL: proxy.URL(url)})
+	h.start(t)
+	waitFor(t, 20*time.Second, "running", func() bool { return h.w.Running() == 1 })
+	waitFor(t, 20*time.Second, "a renewal through the proxy", func() bool {
+		return testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalRenewed)) >= 1
+	})
+	proxy.Cut()
+	renewedAtCut := testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalRenewed))
+	waitFor(t, 30*time.Second, "claim declared lost", func() bool {
+		return testutil.ToFloat64(h.m.ClaimsLost.WithLabelValues(metrics.LostMarginGone)) == 1
+	})
+	if got := testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalRenewed)); got != renewedAtCut {
+		t.Fatalf("renewals counted during the cut: %v -> %v", renewedAtCut, got)
+	}
+	if testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalDBError)) < 1 {
+		t.Fatal("no db_error renewal counted")
+	}
+	waitFor(t, 20*time.Second, "handler stopped", func() bool { return h.outcome(metrics.OutcomeStale) == 1 })
+	// The database never saw a renewal: the lease runs out and the job is
+	// claimable by anyone (here: the worker itself, as a new attempt).
+	proxy.Restore()
+	waitFor(t, 30*time.Second, "job reclaimed as attempt 2", func() bool {
+		_, attempts, _ := jobState(t, pool, ids[0])
+		return attempts == 2
+	})
+}
+
+// Once Stop returns no renewal round runs again.
+func TestShutdownStopsRenewal(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(time.Hour, "", 0)})
+	var rounds atomic.Int64
+	cfg := shortLease()
+	cfg.ShutdownGrace = 10 * time.Millisecond
+	h := newWorker(t, url, cfg, worker.Hooks{BeforeRenew: func() { rounds.Add(1) }})
+	h.start(t)
+	waitFor(t, 20*time.Second, "two renewal rounds", func() bool { return rounds.Load() >= 2 })
+	if err := h.w.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	after := rounds.Load()
+	time.Sleep(3 * cfg.RenewInterval)
+	if rounds.Load() != after {
+		t.Fatal("a renewal round ran after Stop returned")
+	}
+	if h.outcome(metrics.OutcomeReleased) != 1 {
+		t.Fatal("running job not released")
+	}
+}
+
+// Retry and failure committed before a renewal make it affect zero rows and
+// stay as they are; a renewal never revives them.
+func TestRetryOrFailureBeforeRenewalStays(t *testing.T) {
+	pool, _ := pgtest.NewDatabase(t)
+	insert(t, pool, jobSpec{payload: records(1, "a")}, jobSpec{payload: records(1, "b")})
+	ctx := context.Background()
+	res, err := lease.ClaimJobs(ctx, pool, lease.ClaimParams{OwnerID: "renew-order", Limit: 2, LeaseDuration: time.Minute})
+	if err != nil || len(res.Claimed) != 2 {
+		t.Fatal(err)
+	}
+	a, b := res.Claimed[0], res.Claimed[1]
+	if err := lease.Retry(ctx, pool, a.Ref, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Fail(ctx, pool, b.Ref, "etl_target_failure"); err != nil {
+		t.Fatal(err)
+	}
+	ren, err := lease.Renew(ctx, pool, "renew-order", []lease.Ref{a.Ref, b.Ref}, time.Hour)
+	if err != nil || ren[0].Renewed || ren[1].Renewed {
+		t.Fatalf("renewal after retry/fail: %+v %v", ren, err)
+	}
+	if st, _, _ := jobState(t, pool, a.JobID); st != pg.StatusPending {
+		t.Fatalf("retried job now %s", st)
+	}
+	if st, _, _ := jobState(t, pool, b.JobID); st != pg.StatusFailed {
+		t.Fatalf("failed job now %s", st)
+	}
+}
+
+var (
+	uuidPattern = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+	hashPattern = regexp.MustCompile(`[0-9a-f]{64}`)
+)
+
+// The renewal path never reads or emits the payload: a realistic payload with
+// personal data never appears in any log line or metric, and no log or
+// label carries a job id, lease id or hash.
+func TestPersonalDataNeverReachesLogsOrMetrics(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	log := slog.New(slog.NewJSONHandler(&lockedWriter{w: &logs, mu: &logMu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	pii := []string{"Jane Q. Citizen", "jane.citizen@example.org", "900101-2345678", "+82-10-5555-0199"}
+	payload := `[{"id":"patient-0001","name":"Jane Q. Citizen","email":"jane.citizen@example.org","national_id":"900101-2345678","phone":"+82-10-5555-0199","amount":"12.30"}]`
+	spec := `{"durationMillis":1500,"records":` + payload + `,"failWith":null}`
+	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: spec}, jobSpec{payload: `[{"id":"x","amount":"Jane Q. Citizen"}]`})
+	cfg := shortLease()
+	h := newWorkerWith(t, url, cfg, worker.Hooks{}, harnessOptions{log: log})
+	h.start(t)
+	waitFor(t, 30*time.Second, "both finished", func() bool {
+		return h.outcome(metrics.OutcomeSucceeded) == 1 && h.outcome(metrics.OutcomeFailed) == 1
+	})
+	if testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalRenewed)) < 1 {
+		t.Fatal("the job did not run long enough to be renewed")
+	}
+	if err := h.w.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exposition strings.Builder
+	for _, mf := range mfs {
+		exposition.WriteString(mf.String())
+	}
+	logMu.Lock()
+	logText := logs.String()
+	logMu.Unlock()
+	for name, text := range map[string]string{"logs": logText, "metrics": exposition.String()} {
+		for _, s := range pii {
+			if strings.Contains(text, s) {
+				t.Errorf("%s contain personal data %q", name, s)
+			}
+		}
+		for _, id := range ids {
+			if strings.Contains(text, id.String()) {
+				t.Errorf("%s contain a job id", name)
+			}
+		}
+		if uuidPattern.MatchString(text) || hashPattern.MatchString(text) {
+			t.Errorf("%s contain an id or hash", name)
+		}
+	}
+	if !strings.Contains(logText, "worker started") {
+		t.Fatal("log capture saw nothing: the test would pass vacuously")
+	}
+}
+
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
