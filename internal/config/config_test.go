@@ -1,0 +1,91 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestValidateLease(t *testing.T) {
+	cases := []struct {
+		lease, interval, margin time.Duration
+		ok                      bool
+	}{
+		{30 * time.Second, 10 * time.Second, 5 * time.Second, true},  // defaults
+		{30 * time.Second, 0, 5 * time.Second, false},                // zero
+		{30 * time.Second, -time.Second, 5 * time.Second, false},     // negative
+		{30 * time.Second, 30 * time.Second, 5 * time.Second, false}, // equal to lease
+		{30 * time.Second, 40 * time.Second, 5 * time.Second, false}, // longer than lease
+		{30 * time.Second, 11 * time.Second, 0, false},               // less than two intervals left
+		{10 * time.Second, 3 * time.Second, 8 * time.Second, false},  // insufficient margin
+		{2 * time.Second, 400 * time.Millisecond, 400 * time.Millisecond, true},
+	}
+	for _, c := range cases {
+		err := ValidateLease(c.lease, c.interval, c.margin)
+		if (err == nil) != c.ok {
+			t.Errorf("ValidateLease(%s, %s, %s) = %v, want ok=%v", c.lease, c.interval, c.margin, err, c.ok)
+		}
+		if err != nil && (!strings.HasPrefix(err.Error(), "MIGHTYETL_LEASE_RENEW_INTERVAL: ") || strings.Contains(err.Error(), "\n")) {
+			t.Errorf("error is not one line naming the setting: %q", err)
+		}
+	}
+}
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestPrecedenceAndProvenance(t *testing.T) {
+	w, l, err := LoadWorker([]string{"-concurrency", "12"}, env(map[string]string{
+		"MIGHTYETL_WORKER_CONCURRENCY": "5",
+		"MIGHTYETL_LEASE_DURATION":     "45s",
+		"DATABASE_URL":                 "postgres://app:s3cret@db.internal:5432/mightyetl",
+		"MIGHTYETL_WORKER_ID":          "worker-provenance-1",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Concurrency != 12 || w.LeaseDuration != 45*time.Second || w.RenewInterval != 10*time.Second {
+		t.Fatalf("got %+v", w)
+	}
+	src := map[string]Setting{}
+	for _, s := range l.Provenance() {
+		src[s.Name] = s
+		if strings.Contains(s.Value, "s3cret") {
+			t.Fatalf("provenance leaks a password: %+v", s)
+		}
+	}
+	if src["MIGHTYETL_WORKER_CONCURRENCY"].Source != SourceFlag || src["MIGHTYETL_LEASE_DURATION"].Source != SourceEnv ||
+		src["MIGHTYETL_LEASE_RENEW_INTERVAL"].Source != SourceDefault {
+		t.Fatalf("sources: %+v", src)
+	}
+	if !strings.Contains(src["DATABASE_URL"].Value, "db.internal") {
+		t.Fatalf("redaction removed too much: %q", src["DATABASE_URL"].Value)
+	}
+}
+
+func TestSecretSettingsNeverShowTheirValue(t *testing.T) {
+	var secret string
+	l := NewLoader("t", nil, env(map[string]string{"MIGHTYETL_PRINCIPAL_HASH_KEY": "0123456789abcdef0123456789abcdef"}))
+	l.Secret(&secret, "MIGHTYETL_PRINCIPAL_HASH_KEY", "principal-hash-key", "key", nil)
+	if err := l.Parse(); err != nil {
+		t.Fatal(err)
+	}
+	p := l.Provenance()
+	if len(p) != 1 || p[0].Value != "(set)" || secret == "" {
+		t.Fatalf("provenance %+v", p)
+	}
+}
+
+func TestBadValuesNameTheSettingAndRange(t *testing.T) {
+	cases := map[string]map[string]string{
+		"MIGHTYETL_LEASE_DURATION":     {"MIGHTYETL_LEASE_DURATION": "500ms"},
+		"MIGHTYETL_MAX_ATTEMPTS":       {"MIGHTYETL_MAX_ATTEMPTS": "101"},
+		"MIGHTYETL_WORKER_ID":          {"MIGHTYETL_WORKER_ID": "bad id!"},
+		"MIGHTYETL_WORKER_CONCURRENCY": {"MIGHTYETL_WORKER_CONCURRENCY": "0"},
+	}
+	for name, e := range cases {
+		_, _, err := LoadWorker(nil, env(e))
+		if err == nil || !strings.HasPrefix(err.Error(), name+":") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: got %v", name, err)
+		}
+	}
+}
