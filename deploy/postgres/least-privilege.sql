@@ -1,0 +1,166 @@
+-- mightyETL least-privilege database roles.
+--
+-- Run as a superuser (or the current owner of the mightyETL objects) AFTER the
+-- migrations are applied, in the mightyETL database:
+--
+--   psql -v ON_ERROR_STOP=1 -d mightyetl -f deploy/postgres/least-privilege.sql
+--
+-- The script is idempotent and convergent: it creates missing roles, revokes
+-- every privilege the three application roles hold on the mightyETL objects,
+-- then grants exactly the set below. Re-run it after every migration that adds
+-- or changes a table; a migration that adds a table without amending this file
+-- leaves the application roles without access to it (fail closed).
+--
+-- The four roles are NOLOGIN group roles. Give each process its own login role
+-- and make it a member of one group role, for example:
+--
+--   CREATE ROLE mightyetl_worker_login LOGIN PASSWORD '...' IN ROLE mightyetl_worker_role;
+--   CREATE ROLE mightyetl_intake_login LOGIN PASSWORD '...' IN ROLE mightyetl_intake_role;
+--   CREATE ROLE mightyetl_migrator_login LOGIN PASSWORD '...' IN ROLE mightyetl_migrator_role;
+--   -- new objects must be owned by the group role, not by the login:
+--   ALTER ROLE mightyetl_migrator_login SET role = 'mightyetl_migrator_role';
+--
+-- cmd/intake connects with one DATABASE_URL. While the outbox relay runs in
+-- the intake process, that login needs both mightyetl_intake_role and
+-- mightyetl_relay_role.
+
+\set ON_ERROR_STOP on
+
+BEGIN;
+
+-- Refuse to run against a database without the schema: grants on missing
+-- tables would fail half-way and hide the real problem.
+DO $check$
+BEGIN
+    IF to_regclass('public.etl_job_records') IS NULL THEN
+        RAISE EXCEPTION 'mightyETL tables not found; run `etlctl migrate up` first';
+    END IF;
+END
+$check$;
+
+-- Roles, created only when missing.
+DO $roles$
+DECLARE
+    r text;
+BEGIN
+    FOREACH r IN ARRAY ARRAY['mightyetl_migrator_role', 'mightyetl_worker_role',
+                             'mightyetl_intake_role', 'mightyetl_relay_role']
+    LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN
+            EXECUTE format('CREATE ROLE %I NOLOGIN', r);
+        END IF;
+    END LOOP;
+END
+$roles$;
+
+-- The application roles inherit nothing and own nothing.
+ALTER ROLE mightyetl_worker_role NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS;
+ALTER ROLE mightyetl_intake_role NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS;
+ALTER ROLE mightyetl_relay_role  NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS;
+ALTER ROLE mightyetl_migrator_role NOSUPERUSER NOCREATEROLE NOBYPASSRLS;
+
+------------------------------------------------------------------------------
+-- Migrator: owns every mightyETL object and may create new ones. Owning a
+-- table owns its serial/identity sequences too.
+------------------------------------------------------------------------------
+GRANT USAGE, CREATE ON SCHEMA public TO mightyetl_migrator_role;
+ALTER TABLE etl_job_records         OWNER TO mightyetl_migrator_role;
+ALTER TABLE etl_idempotency_records OWNER TO mightyetl_migrator_role;
+ALTER TABLE processed_data          OWNER TO mightyetl_migrator_role;
+ALTER TABLE etl_outbox_events       OWNER TO mightyetl_migrator_role;
+ALTER SEQUENCE etl_lease_fencing_token_sequence OWNER TO mightyetl_migrator_role;
+DO $functions$
+DECLARE
+    f regprocedure;
+BEGIN
+    -- Trigger functions of the migrations (etl_outbox_notify_relay and later ones).
+    FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
+             WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'etl\_%'
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s OWNER TO mightyetl_migrator_role', f);
+    END LOOP;
+END
+$functions$;
+DO $goose$
+BEGIN
+    -- goose's version table exists once `etlctl migrate up` has run.
+    IF to_regclass('public.mightyetl_schema_migrations') IS NOT NULL THEN
+        ALTER TABLE mightyetl_schema_migrations OWNER TO mightyetl_migrator_role;
+    END IF;
+END
+$goose$;
+
+------------------------------------------------------------------------------
+-- Start from nothing: PUBLIC and the application roles lose every privilege
+-- on the mightyETL objects. Revoking a table privilege also revokes the
+-- matching column privileges.
+------------------------------------------------------------------------------
+REVOKE ALL ON TABLE etl_job_records, etl_idempotency_records, processed_data, etl_outbox_events
+    FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
+REVOKE ALL ON SEQUENCE etl_lease_fencing_token_sequence, processed_data_processed_data_id_seq
+    FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
+DO $goose_revoke$
+BEGIN
+    IF to_regclass('public.mightyetl_schema_migrations') IS NOT NULL THEN
+        REVOKE ALL ON TABLE mightyetl_schema_migrations
+            FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
+        -- Every binary reads the schema version at start-up and in /readyz.
+        GRANT SELECT ON TABLE mightyetl_schema_migrations
+            TO mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
+    END IF;
+END
+$goose_revoke$;
+
+GRANT USAGE ON SCHEMA public TO mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
+
+------------------------------------------------------------------------------
+-- Worker: claim, renew, succeed, retry, fail, release (internal/lease) and the
+-- finish transaction (internal/worker/completer.go).
+--   * SELECT: the lease predicates read the row; RETURNING returns columns;
+--     a lost lease is classified by reading job_status.
+--   * UPDATE only of the lifecycle and lease columns. The worker cannot touch
+--     identity, ownership, hashes, digest, max_attempts or cancellation
+--     columns, so it cannot move a job to another principal, forge a
+--     cancellation or change the attempt budget.
+--   * INSERT only into the target, the response ledger and the outbox.
+--   * The fencing sequence (nextval in the claim) and processed_data's sequence.
+------------------------------------------------------------------------------
+GRANT SELECT ON TABLE etl_job_records TO mightyetl_worker_role;
+GRANT UPDATE (job_status, attempt_count, available_at,
+              lease_claim_id, lease_owner_id, lease_expires_at, lease_fencing_token,
+              failure_code, request_payload, updated_at)
+    ON TABLE etl_job_records TO mightyetl_worker_role;
+GRANT INSERT ON TABLE processed_data, etl_idempotency_records, etl_outbox_events
+    TO mightyetl_worker_role;
+GRANT USAGE ON SEQUENCE etl_lease_fencing_token_sequence, processed_data_processed_data_id_seq
+    TO mightyetl_worker_role;
+
+------------------------------------------------------------------------------
+-- Intake: submit (insert job + outbox row), status, list, cancel, and the
+-- synchronous ETL path (ledger + processed_data).
+--   * UPDATE only of what the cancellation statement writes: status, payload
+--     clearing, lease clearing, the three cancellation columns, updated_at.
+--     The intake cannot set a lease, an attempt count or a failure code.
+--   * No access to the fencing sequence: the intake can never claim.
+------------------------------------------------------------------------------
+GRANT SELECT, INSERT ON TABLE etl_job_records TO mightyetl_intake_role;
+GRANT UPDATE (job_status, request_payload,
+              lease_claim_id, lease_owner_id, lease_expires_at, lease_fencing_token,
+              cancellation_key_hash, cancellation_code, job_cancelled_at, updated_at)
+    ON TABLE etl_job_records TO mightyetl_intake_role;
+GRANT SELECT, INSERT ON TABLE etl_idempotency_records TO mightyetl_intake_role;
+GRANT INSERT ON TABLE etl_outbox_events TO mightyetl_intake_role;
+GRANT INSERT ON TABLE processed_data TO mightyetl_intake_role;
+GRANT USAGE ON SEQUENCE processed_data_processed_data_id_seq TO mightyetl_intake_role;
+
+------------------------------------------------------------------------------
+-- Outbox relay (internal/outbox): read, lock and delete outbox rows; nothing
+-- else. SELECT ... FOR UPDATE SKIP LOCKED requires UPDATE privilege on at
+-- least one column. outbox_event_id is GENERATED ALWAYS AS IDENTITY, so the
+-- only UPDATE PostgreSQL accepts on it is SET outbox_event_id = DEFAULT: the
+-- relay cannot write a chosen value into any outbox column.
+------------------------------------------------------------------------------
+GRANT SELECT, DELETE ON TABLE etl_outbox_events TO mightyetl_relay_role;
+GRANT UPDATE (outbox_event_id) ON TABLE etl_outbox_events TO mightyetl_relay_role;
+
+COMMIT;
