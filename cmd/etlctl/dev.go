@@ -1,11 +1,219 @@
 package main
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/mightyetl/mightyetl/internal/auth"
+	"github.com/mightyetl/mightyetl/internal/config"
+	"github.com/mightyetl/mightyetl/internal/events"
+	"github.com/mightyetl/mightyetl/internal/httpapi"
+	"github.com/mightyetl/mightyetl/internal/intake"
+	"github.com/mightyetl/mightyetl/internal/metrics"
+	"github.com/mightyetl/mightyetl/internal/outbox"
+	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/worker"
 )
 
+// devPrincipal is the principal of the generated development credential.
+const devPrincipal = "dev"
+
+// runDev runs the whole system in one process: it creates and migrates the
+// database, starts an embedded NATS server with JetStream when NATS_URL is
+// not set, and runs the HTTP intake (basic auth with a fresh credential,
+// diagnostic jobs on), the outbox relay, the NATS request consumer and a
+// worker. It honours the same environment settings as the separate binaries.
 func runDev(args []string) int {
-	fmt.Fprintln(os.Stderr, "etlctl dev: not available yet")
-	return 1
+	if len(args) > 0 {
+		fmt.Fprintln(os.Stderr, "etlctl dev takes no arguments; configure it with the same environment variables as intake and worker")
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "dev")
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	dir, err := os.MkdirTemp("", "mightyetl-dev-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "etlctl dev: %v\n", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+
+	// Development defaults, each overridable by the environment.
+	password := randomHex(12)
+	defaults := map[string]string{
+		"MIGHTYETL_AUTH_MODE":               "basic",
+		"MIGHTYETL_BASIC_CREDENTIALS_FILE":  filepath.Join(dir, "credentials"),
+		"MIGHTYETL_PRINCIPAL_HASH_KEY":      randomHex(32),
+		"MIGHTYETL_DIAGNOSTIC_JOBS_ENABLED": "true",
+		"MIGHTYETL_NATS_REQUESTS_ENABLED":   "true",
+	}
+	getenv := func(k string) string {
+		if v := os.Getenv(k); v != "" {
+			return v
+		}
+		return defaults[k]
+	}
+	if os.Getenv("MIGHTYETL_BASIC_CREDENTIALS_FILE") == "" {
+		line, err := auth.CredentialLine(devPrincipal, []byte(password))
+		if err == nil {
+			err = os.WriteFile(defaults["MIGHTYETL_BASIC_CREDENTIALS_FILE"], []byte(line+"\n"), 0o600)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "etlctl dev: write dev credential: %v\n", err)
+			return 1
+		}
+	}
+
+	// An embedded NATS server with JetStream when none is configured.
+	if os.Getenv("NATS_URL") == "" {
+		ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
+			StoreDir: filepath.Join(dir, "nats"), NoSigs: true, NoLog: true})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "etlctl dev: embedded NATS: %v\n", err)
+			return 1
+		}
+		go ns.Start()
+		if !ns.ReadyForConnections(10 * time.Second) {
+			fmt.Fprintln(os.Stderr, "etlctl dev: embedded NATS did not start")
+			return 1
+		}
+		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+		defaults["NATS_URL"] = ns.ClientURL()
+		log.Info("embedded NATS server started (temporary storage)")
+	}
+
+	icfg, _, err := config.LoadIntake(nil, getenv)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "etlctl dev: invalid configuration: %v\n", err)
+		return 2
+	}
+	wcfg, wloader, err := config.LoadWorker(nil, getenv)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "etlctl dev: invalid configuration: %v\n", err)
+		return 2
+	}
+	authn, err := icfg.Authenticator()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "etlctl dev: invalid configuration: MIGHTYETL_AUTH_MODE: %v\n", err)
+		return 2
+	}
+
+	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := pg.EnsureDatabase(startCtx, icfg.DatabaseURL, log); err != nil {
+		fmt.Fprintf(os.Stderr, "etlctl dev: database %s: %v\n", pg.RedactURL(icfg.DatabaseURL), err)
+		return 1
+	}
+	pool, err := pg.NewPool(startCtx, icfg.DatabaseURL, pg.PoolOptions{ApplicationName: "mightyetl-dev"})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "etlctl dev: database %s: %v\n", pg.RedactURL(icfg.DatabaseURL), err)
+		return 1
+	}
+	defer pool.Close()
+	if err := pg.Migrate(startCtx, pool); err != nil {
+		fmt.Fprintf(os.Stderr, "etlctl dev: %v\n", err)
+		return 1
+	}
+
+	// NATS connection for the relay and the request consumer.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var nc *nats.Conn
+	if wcfg.NATS.Enabled() {
+		nc, err = events.Connect(startCtx, events.Options{URL: wcfg.NATS.URL, Name: "mightyetl-dev",
+			CredsFile: wcfg.NATS.CredsFile, TLSCAFile: wcfg.NATS.TLSCAFile, TLSCertFile: wcfg.NATS.TLSCertFile,
+			TLSKeyFile: wcfg.NATS.TLSKeyFile}, log, metrics.NewEvents(reg))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "etlctl dev: NATS: %v\n", err)
+			return 1
+		}
+		defer nc.Close()
+	}
+
+	srv, svc, err := httpapi.NewServerFromConfig(icfg, pool, authn, log, reg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "etlctl dev: %v\n", err)
+		return 2
+	}
+	var stoppers []func(context.Context) error
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), wcfg.ShutdownGrace+10*time.Second)
+		defer cancel()
+		for i := len(stoppers) - 1; i >= 0; i-- {
+			_ = stoppers[i](stopCtx)
+		}
+	}()
+	if nc != nil {
+		relay, err := outbox.New(pool, nc, wcfg.NATS.SubjectPrefix, log, metrics.NewOutbox(reg),
+			outbox.Options{PollInterval: wcfg.NATS.OutboxPollInterval, BatchSize: wcfg.NATS.OutboxBatchSize})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "etlctl dev: outbox relay: %v\n", err)
+			return 1
+		}
+		if err := relay.Start(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "etlctl dev: outbox relay: %v\n", err)
+			return 1
+		}
+		stoppers = append(stoppers, relay.Stop)
+		if wcfg.NATS.RequestsEnabled {
+			consumer, err := events.NewRequestConsumer(nc, wcfg.NATS.SubjectPrefix, intake.NATSRequests{Service: svc}, log,
+				metrics.NewEvents(reg), events.RequestConsumerOptions{MaxRequestBytes: int32(icfg.MaxPayloadBytes)})
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "etlctl dev: request consumer: %v\n", err)
+				return 1
+			}
+			if err := consumer.Start(ctx); err != nil {
+				fmt.Fprintf(os.Stderr, "etlctl dev: request consumer: %v\n", err)
+				return 1
+			}
+			stoppers = append(stoppers, consumer.Stop)
+		}
+	}
+	wp, err := worker.NewProcess(startCtx, wcfg, wloader.Provenance(), true, log)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "etlctl dev: worker: %v\n", err)
+		return 1
+	}
+	if err := wp.Start(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "etlctl dev: worker: %v\n", err)
+		return 1
+	}
+	stoppers = append(stoppers, wp.Stop)
+	if err := srv.Start(startCtx); err != nil {
+		fmt.Fprintf(os.Stderr, "etlctl dev: %v\n", err)
+		return 1
+	}
+	stoppers = append(stoppers, srv.Stop)
+
+	base := "http://" + srv.Addr()
+	fmt.Println("mightyETL dev is running: intake " + base + ", worker metrics http://" + wp.MetricsAddr() + "/metrics")
+	if icfg.AuthMode == auth.ModeBasic && os.Getenv("MIGHTYETL_BASIC_CREDENTIALS_FILE") == "" {
+		fmt.Printf("dev credential (printed once): %s / %s\n", devPrincipal, password)
+		fmt.Println("submit a sample job:")
+		fmt.Printf("curl -sS -i -u %s:%s -H 'Idempotency-Key: dev-sample-%s' -H 'Content-Type: application/json' --data '[{\"id\":\"a1\",\"name\":\"jane\",\"email\":\"Jane@Example.COM\",\"amount\":\"999.9\"}]' %s/api/etl/jobs\n",
+			devPrincipal, password, randomHex(8), base)
+	}
+	<-ctx.Done()
+	log.Info("shutdown requested; draining")
+	return 0
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

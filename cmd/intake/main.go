@@ -1,0 +1,96 @@
+// Command intake serves mightyETL's HTTP API: it validates and stores jobs,
+// answers status, list and cancellation requests and runs the synchronous
+// ETL path. Configuration comes from flags and MIGHTYETL_* environment
+// variables (see internal/config.Intake); a bad setting exits with status 2
+// and one line naming it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/mightyetl/mightyetl/internal/config"
+	"github.com/mightyetl/mightyetl/internal/httpapi"
+	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Getenv))
+}
+
+func run(args []string, getenv func(string) string) int {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	cfg, loader, err := config.LoadIntake(args, getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		loader.Usage(os.Stdout)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "intake: configuration: %v\n", err)
+		return 2
+	}
+	authn, err := cfg.Authenticator()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "intake: configuration: MIGHTYETL_AUTH_MODE=%s: %v\n", cfg.AuthMode, err)
+		return 2
+	}
+	for _, s := range loader.Provenance() {
+		log.Info("setting", "name", s.Name, "value", s.Value, "source", string(s.Source))
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	pool, err := pg.NewPool(startCtx, cfg.DatabaseURL, pg.PoolOptions{ApplicationName: "mightyetl-intake"})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "intake: database %s: %v\n", pg.RedactURL(cfg.DatabaseURL), err)
+		return 1
+	}
+	defer pool.Close()
+	applied, expected, err := pg.SchemaVersion(startCtx, pool)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "intake: read schema version: %v\n", err)
+		return 1
+	}
+	if applied < expected {
+		fmt.Fprintf(os.Stderr, "intake: database schema is at version %d, this binary needs %d: run `etlctl migrate up` first\n", applied, expected)
+		return 1
+	}
+	if applied > expected {
+		fmt.Fprintf(os.Stderr, "intake: database schema version %d is newer than this binary's %d: deploy a newer intake\n", applied, expected)
+		return 1
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, _, err := httpapi.NewServerFromConfig(cfg, pool, authn, log, reg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "intake: %v\n", err)
+		return 2
+	}
+	if err := srv.Start(startCtx); err != nil {
+		fmt.Fprintf(os.Stderr, "intake: %v\n", err)
+		return 1
+	}
+	log.Info("intake listening", "addr", srv.Addr())
+	<-ctx.Done()
+	log.Info("intake stopping")
+	stopCtx, cancelStop := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+	defer cancelStop()
+	if err := srv.Stop(stopCtx); err != nil {
+		log.Error("intake stop", "error_class", "shutdown_timeout")
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,117 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mightyetl/mightyetl/internal/auth"
+)
+
+// Payload limits (MIGHTYETL_MAX_PAYLOAD_BYTES): default 1 MiB, ceiling 64 MiB.
+const (
+	DefaultMaxPayloadBytes = 1 << 20
+	MaxPayloadBytesCeiling = 64 << 20
+	// MinPrincipalHashKeyBytes is the shortest accepted MIGHTYETL_PRINCIPAL_HASH_KEY.
+	MinPrincipalHashKeyBytes = 32
+)
+
+// Intake is the intake binary's configuration. Durations are Go syntax.
+type Intake struct {
+	DatabaseURL           string        // DATABASE_URL, default postgres://postgres@127.0.0.1:5432/mightyetl
+	HTTPAddr              string        // MIGHTYETL_HTTP_ADDR, default 127.0.0.1:8080
+	AuthMode              auth.Mode     // MIGHTYETL_AUTH_MODE: deny (default) | basic | jwt
+	BasicCredentialsFile  string        // MIGHTYETL_BASIC_CREDENTIALS_FILE, required for basic
+	JWTIssuer             string        // MIGHTYETL_JWT_ISSUER, required for jwt
+	JWTAudience           string        // MIGHTYETL_JWT_AUDIENCE, required for jwt
+	JWTJWKSFile           string        // MIGHTYETL_JWT_JWKS_FILE, required for jwt
+	PrincipalHashKey      string        // MIGHTYETL_PRINCIPAL_HASH_KEY (secret), ≥ 32 bytes unless deny
+	MaxPayloadBytes       int           // MIGHTYETL_MAX_PAYLOAD_BYTES, default 1 MiB (1..64 MiB)
+	MaxBatchRecords       int           // MIGHTYETL_MAX_BATCH_RECORDS, default 1000 (1..100000)
+	MaxAttempts           int           // MIGHTYETL_MAX_ATTEMPTS, default 3 (1..100)
+	DiagnosticJobsEnabled bool          // MIGHTYETL_DIAGNOSTIC_JOBS_ENABLED, default false
+	WorkerPollInterval    time.Duration // MIGHTYETL_WORKER_POLL_INTERVAL, default 1s: Retry-After hint
+	ShutdownGrace         time.Duration // MIGHTYETL_SHUTDOWN_GRACE_PERIOD, default 30s
+}
+
+// RegisterIntake registers every intake setting on l into dst.
+func RegisterIntake(l *Loader, dst *Intake) {
+	l.String(&dst.DatabaseURL, "DATABASE_URL", "database-url", DefaultDatabaseURL, "PostgreSQL URL", nonEmpty)
+	l.String(&dst.HTTPAddr, "MIGHTYETL_HTTP_ADDR", "http-addr", "127.0.0.1:8080", "HTTP listen address", nonEmpty)
+	var mode string
+	l.String(&mode, "MIGHTYETL_AUTH_MODE", "auth-mode", string(auth.ModeDeny), "authentication: deny, basic or jwt", func(s string) error {
+		m, err := auth.ParseMode(s)
+		if err != nil {
+			return errors.New("must be deny, basic or jwt")
+		}
+		dst.AuthMode = m
+		return nil
+	})
+	l.String(&dst.BasicCredentialsFile, "MIGHTYETL_BASIC_CREDENTIALS_FILE", "basic-credentials-file", "", "principal:hash lines (basic mode)", nil)
+	l.String(&dst.JWTIssuer, "MIGHTYETL_JWT_ISSUER", "jwt-issuer", "", "required iss (jwt mode)", nil)
+	l.String(&dst.JWTAudience, "MIGHTYETL_JWT_AUDIENCE", "jwt-audience", "", "required aud (jwt mode)", nil)
+	l.String(&dst.JWTJWKSFile, "MIGHTYETL_JWT_JWKS_FILE", "jwt-jwks-file", "", "JWK Set of verification keys (jwt mode)", nil)
+	l.Secret(&dst.PrincipalHashKey, "MIGHTYETL_PRINCIPAL_HASH_KEY", "principal-hash-key", "key of principal_scope_hash (at least 32 bytes)", nil)
+	l.Int(&dst.MaxPayloadBytes, "MIGHTYETL_MAX_PAYLOAD_BYTES", "max-payload-bytes", DefaultMaxPayloadBytes, 1, MaxPayloadBytesCeiling, "request body limit in bytes")
+	l.Int(&dst.MaxBatchRecords, "MIGHTYETL_MAX_BATCH_RECORDS", "max-batch-records", 1000, 1, 100000, "records per request")
+	l.Int(&dst.MaxAttempts, "MIGHTYETL_MAX_ATTEMPTS", "max-attempts", 3, 1, 100, "attempts per job")
+	l.Bool(&dst.DiagnosticJobsEnabled, "MIGHTYETL_DIAGNOSTIC_JOBS_ENABLED", "diagnostic-jobs", false, "serve POST /api/etl/diagnostic-jobs")
+	l.Duration(&dst.WorkerPollInterval, "MIGHTYETL_WORKER_POLL_INTERVAL", "poll-interval", time.Second, 10*time.Millisecond, time.Hour, "worker poll interval (Retry-After hint)")
+	l.Duration(&dst.ShutdownGrace, "MIGHTYETL_SHUTDOWN_GRACE_PERIOD", "shutdown-grace", 30*time.Second, 0, time.Hour, "wait for in-flight requests on shutdown")
+}
+
+// LoadIntake parses args (without the program name) and the environment
+// through getenv into a validated Intake. The error is one line naming the
+// setting; the Loader reports provenance.
+func LoadIntake(args []string, getenv func(string) string) (Intake, *Loader, error) {
+	var c Intake
+	l := NewLoader("intake", args, getenv)
+	RegisterIntake(l, &c)
+	if err := l.Parse(); err != nil {
+		return c, l, err
+	}
+	if err := c.Validate(); err != nil {
+		return c, l, err
+	}
+	return c, l, nil
+}
+
+// Validate checks cross-setting rules: basic mode needs a credentials file,
+// jwt mode an issuer, an audience and a JWKS file, and every mode but deny a
+// principal hash key of at least 32 bytes.
+func (c Intake) Validate() error {
+	switch c.AuthMode {
+	case auth.ModeBasic:
+		if c.BasicCredentialsFile == "" {
+			return errors.New("MIGHTYETL_BASIC_CREDENTIALS_FILE: required when MIGHTYETL_AUTH_MODE=basic")
+		}
+	case auth.ModeJWT:
+		for _, s := range []struct{ name, v string }{
+			{"MIGHTYETL_JWT_ISSUER", c.JWTIssuer},
+			{"MIGHTYETL_JWT_AUDIENCE", c.JWTAudience},
+			{"MIGHTYETL_JWT_JWKS_FILE", c.JWTJWKSFile},
+		} {
+			if s.v == "" {
+				return fmt.Errorf("%s: required when MIGHTYETL_AUTH_MODE=jwt", s.name)
+			}
+		}
+	}
+	if c.AuthMode != auth.ModeDeny && len(c.PrincipalHashKey) < MinPrincipalHashKeyBytes {
+		return fmt.Errorf("MIGHTYETL_PRINCIPAL_HASH_KEY: must be at least %d bytes when MIGHTYETL_AUTH_MODE=%s", MinPrincipalHashKeyBytes, c.AuthMode)
+	}
+	if c.PrincipalHashKey != "" && len(c.PrincipalHashKey) < MinPrincipalHashKeyBytes {
+		return fmt.Errorf("MIGHTYETL_PRINCIPAL_HASH_KEY: must be at least %d bytes", MinPrincipalHashKeyBytes)
+	}
+	return nil
+}
+
+// Authenticator builds the configured authenticator.
+func (c Intake) Authenticator() (auth.Authenticator, error) {
+	switch c.AuthMode {
+	case auth.ModeBasic:
+		return auth.NewBasic(auth.BasicOptions{CredentialsFile: c.BasicCredentialsFile})
+	case auth.ModeJWT:
+		return auth.NewJWT(auth.JWTOptions{Issuer: c.JWTIssuer, Audience: c.JWTAudience, JWKSFile: c.JWTJWKSFile})
+	}
+	return auth.NewDeny(), nil
+}

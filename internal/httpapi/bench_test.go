@@ -1,0 +1,114 @@
+package httpapi
+
+import (
+	"encoding/base64"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mightyetl/mightyetl/internal/auth"
+	"github.com/mightyetl/mightyetl/internal/intake"
+)
+
+// BenchmarkSubmitThroughput is the intake load harness: 32 concurrent
+// clients submit distinct keys over loopback HTTP to the real handler with
+// basic authentication on, against a real database. It reports accepted
+// submissions per second and latency percentiles, and fails when the
+// accepted count differs from the rows in etl_job_records (a lost job).
+//
+//	TEST_DATABASE_URL=... go test -run '^$' -bench SubmitThroughput -benchtime 20000x ./internal/httpapi/
+func BenchmarkSubmitThroughput(b *testing.B) {
+	const clients = 32
+	line, err := auth.CredentialLine("bench", []byte("bench-password"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	path := filepath.Join(b.TempDir(), "credentials")
+	if err := os.WriteFile(path, []byte(line+"\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	basic, err := auth.NewBasic(auth.BasicOptions{CredentialsFile: path})
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := newEnv(b, func(o *Options, so *intake.Options) {
+		o.Authenticator = basic
+		o.Logger = slog.New(slog.DiscardHandler)
+	})
+	authz := "Basic " + base64.StdEncoding.EncodeToString([]byte("bench:bench-password"))
+	transport := &http.Transport{MaxIdleConnsPerHost: clients, MaxConnsPerHost: clients}
+	defer transport.CloseIdleConnections()
+	client := &http.Client{Transport: transport, Timeout: 30 * time.Second}
+	body := `[{"id":"r1","name":"jane","email":"J@X.ORG","amount":"12.345"},{"id":"r2","name":"joe","amount":7}]`
+
+	var next, accepted atomic.Int64
+	latencies := make([][]time.Duration, clients)
+	var failure atomic.Value
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Go(func() {
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				req, _ := http.NewRequest("POST", e.srv.URL+"/api/etl/jobs", strings.NewReader(body))
+				req.Header.Set("Authorization", authz)
+				req.Header.Set("Idempotency-Key", fmt.Sprintf("bench-key-%012d", i))
+				req.Header.Set("Content-Type", "application/json")
+				t0 := time.Now()
+				res, err := client.Do(req)
+				if err != nil {
+					failure.Store(err.Error())
+					return
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				latencies[c] = append(latencies[c], time.Since(t0))
+				if res.StatusCode == http.StatusAccepted {
+					accepted.Add(1)
+				} else {
+					failure.Store(fmt.Sprintf("status %d", res.StatusCode))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if f := failure.Load(); f != nil {
+		b.Fatalf("request failed: %v", f)
+	}
+	var all []time.Duration
+	for _, l := range latencies {
+		all = append(all, l...)
+	}
+	slices.Sort(all)
+	pct := func(p float64) float64 {
+		return float64(all[min(len(all)-1, int(p*float64(len(all))))].Microseconds()) / 1000
+	}
+	rows := e.count("SELECT count(*) FROM etl_job_records")
+	if int64(rows) != accepted.Load() {
+		b.Fatalf("accepted %d, rows %d: lost jobs", accepted.Load(), rows)
+	}
+	for _, l := range strings.Split(e.metricsText(), "\n") {
+		if strings.HasPrefix(l, "mightyetl_intake_submit_batch_size_sum") || strings.HasPrefix(l, "mightyetl_intake_submit_batch_size_count") {
+			b.Log(l)
+		}
+	}
+	b.ReportMetric(float64(accepted.Load())/elapsed.Seconds(), "accepted/s")
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	b.ReportMetric(float64(rows), "rows")
+}

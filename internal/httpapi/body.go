@@ -1,0 +1,27 @@
+package httpapi
+
+import (
+	"bytes"
+	"errors"
+	"io"
+)
+
+var errTooLarge = errors.New("body exceeds the payload limit")
+
+// readLimited reads r to the end, or fails with errTooLarge as soon as more
+// than limit bytes arrived: it never reads beyond limit+1 bytes.
+// A positive declared length (at most limit) sizes the buffer up front.
+func readLimited(r io.Reader, limit, declared int64) ([]byte, error) {
+	var buf bytes.Buffer
+	if declared > 0 && declared <= limit {
+		buf.Grow(int(declared) + 1)
+	}
+	n, err := buf.ReadFrom(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if n > limit {
+		return nil, errTooLarge
+	}
+	return buf.Bytes(), nil
+}

@@ -1,0 +1,315 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/mightyetl/mightyetl/internal/intake"
+	"github.com/mightyetl/mightyetl/internal/pg"
+)
+
+// jobsPath is the base path of the job resources.
+const jobsPath = "/api/etl/jobs"
+
+var schemaVersion = pg.SchemaVersion
+
+// submitResponse is the body of 202 Accepted (new or replayed submission).
+type submitResponse struct {
+	JobRecordID string `json:"jobRecordId"`
+	JobStatus   string `json:"jobStatus"`
+	StatusURL   string `json:"statusUrl"`
+}
+
+// listResponse is the body of a list page.
+type listResponse struct {
+	Jobs       []intake.JobView `json:"jobs"`
+	NextCursor string           `json:"nextCursor,omitempty"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		status, body = http.StatusInternalServerError, []byte(`{}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+func replayedHeader(replayed bool) string { return strconv.FormatBool(replayed) }
+
+// readBody reads the whole body within the payload limit. A declared
+// Content-Length above the limit is refused before anything is read; a
+// streamed (chunked) body is cut after limit+1 bytes. It writes the problem
+// and returns ok false on failure.
+func (a *api) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	limit := a.opts.MaxPayloadBytes
+	if r.ContentLength > limit {
+		w.Header().Set("Connection", "close") // the unread body is not drained
+		writeProblem(w, r, codePayloadTooLarge)
+		return nil, false
+	}
+	body, err := readLimited(r.Body, limit, r.ContentLength)
+	if err != nil {
+		if errors.Is(err, errTooLarge) {
+			w.Header().Set("Connection", "close")
+			writeProblem(w, r, codePayloadTooLarge)
+		} else {
+			writeProblem(w, r, intake.CodeInvalidJSON) // truncated or broken body
+		}
+		return nil, false
+	}
+	return body, true
+}
+
+// submit serves POST /api/etl/jobs (kind "") and POST
+// /api/etl/diagnostic-jobs (kind "diagnostic"): key, then size, then the
+// use case. 202 with Location and Idempotency-Replayed for new and replayed
+// jobs alike.
+func (a *api) submit(kind string) apiHandler {
+	if kind == "" {
+		kind = pg.KindETLRecords
+	}
+	return func(w http.ResponseWriter, r *http.Request, principal string) {
+		key, _, ok := parseIdempotencyKey(r.Header)
+		if !ok {
+			writeProblem(w, r, intake.CodeInvalidIdempotencyKey)
+			return
+		}
+		body, ok := a.readBody(w, r)
+		if !ok {
+			return
+		}
+		res, err := a.opts.Service.Submit(r.Context(), intake.SubmitRequest{
+			Principal: principal, IdempotencyKey: key, Body: body, Kind: kind,
+		})
+		if err != nil {
+			writeProblem(w, r, intake.CodeOf(err))
+			return
+		}
+		loc := jobsPath + "/" + res.Job.JobID.String()
+		h := w.Header()
+		h.Set("Location", loc)
+		h.Set("Idempotency-Replayed", replayedHeader(res.Replayed))
+		writeJSON(w, http.StatusAccepted, submitResponse{
+			JobRecordID: res.Job.JobID.String(), JobStatus: res.Job.Status, StatusURL: loc,
+		})
+	}
+}
+
+// parseJobID accepts only the canonical 36-character UUID form (either
+// case); anything else is treated as an absent job.
+func parseJobID(s string) (uuid.UUID, bool) {
+	if len(s) != 36 {
+		return uuid.Nil, false
+	}
+	id, err := uuid.Parse(s)
+	return id, err == nil
+}
+
+// writeJob writes a job representation with its validators: ETag always,
+// Retry-After only while the job is PENDING or RUNNING.
+func (a *api) writeJob(w http.ResponseWriter, status int, v intake.JobView) {
+	h := w.Header()
+	h.Set("ETag", v.ETag())
+	if v.Active() {
+		h.Set("Retry-After", a.retryAfter)
+	}
+	writeJSON(w, status, v)
+}
+
+// status serves GET /api/etl/jobs/{id}. If-None-Match is evaluated only
+// after the owner check, so a foreign job is 404 even for "*".
+func (a *api) status(w http.ResponseWriter, r *http.Request, principal string) {
+	id, ok := parseJobID(r.PathValue("id"))
+	if !ok {
+		writeProblem(w, r, intake.CodeJobNotFound)
+		return
+	}
+	job, err := a.opts.Service.Status(r.Context(), principal, id)
+	if err != nil {
+		writeProblem(w, r, intake.CodeOf(err))
+		return
+	}
+	v := intake.NewJobView(job)
+	if ifNoneMatch(r.Header, v.ETag()) {
+		h := w.Header()
+		h.Set("ETag", v.ETag())
+		if v.Active() {
+			h.Set("Retry-After", a.retryAfter)
+		}
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	a.writeJob(w, http.StatusOK, v)
+}
+
+// query is a strictly parsed query string: each name's values, and the
+// names whose value could not be decoded.
+type query struct {
+	values url.Values
+	broken map[string]bool
+}
+
+// parseQuery splits raw on '&' and decodes each pair. Unlike url.ParseQuery
+// it remembers which parameter was malformed (a bad escape in a cursor is a
+// bad cursor, not an absent one); a pair whose name cannot be decoded is
+// ignored like any unknown parameter.
+func parseQuery(raw string) query {
+	q := query{values: url.Values{}, broken: map[string]bool{}}
+	for _, pair := range strings.Split(raw, "&") {
+		if pair == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(pair, "=")
+		name, err := url.QueryUnescape(k)
+		if err != nil {
+			continue
+		}
+		value, err := url.QueryUnescape(v)
+		if err != nil {
+			q.broken[name] = true
+			continue
+		}
+		q.values[name] = append(q.values[name], value)
+	}
+	return q
+}
+
+// single returns the only value of name: present false when absent, ok
+// false when repeated or malformed.
+func (q query) single(name string) (value string, present, ok bool) {
+	if q.broken[name] {
+		return "", true, false
+	}
+	vals, present := q.values[name]
+	if !present {
+		return "", false, true
+	}
+	if len(vals) != 1 {
+		return "", true, false
+	}
+	return vals[0], true, true
+}
+
+// parseLimit accepts the canonical decimal form of 1..100: no sign, no
+// leading zero, no white space.
+func parseLimit(s string) (int, bool) {
+	if s == "" || len(s) > 3 || s[0] == '0' {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n, n >= 1 && n <= intake.MaxListLimit
+}
+
+// list serves GET /api/etl/jobs?limit=&cursor=&status=.
+func (a *api) list(w http.ResponseWriter, r *http.Request, principal string) {
+	q := parseQuery(r.URL.RawQuery)
+	req := intake.ListRequest{Principal: principal}
+	if s, present, ok := q.single("limit"); !ok {
+		writeProblem(w, r, intake.CodeInvalidPageLimit)
+		return
+	} else if present {
+		n, ok := parseLimit(s)
+		if !ok {
+			writeProblem(w, r, intake.CodeInvalidPageLimit)
+			return
+		}
+		req.Limit = n
+	}
+	if s, present, ok := q.single("status"); !ok || (present && !intake.ValidStatus(s)) {
+		writeProblem(w, r, intake.CodeInvalidStatusFilter)
+		return
+	} else {
+		req.Status = s
+	}
+	if s, present, ok := q.single("cursor"); !ok || (present && s == "") {
+		writeProblem(w, r, intake.CodeInvalidPageCursor)
+		return
+	} else {
+		req.Cursor = s
+	}
+	res, err := a.opts.Service.List(r.Context(), req)
+	if err != nil {
+		writeProblem(w, r, intake.CodeOf(err))
+		return
+	}
+	body := listResponse{Jobs: make([]intake.JobView, len(res.Jobs)), NextCursor: res.NextCursor}
+	for i, j := range res.Jobs {
+		body.Jobs[i] = intake.NewJobView(j)
+	}
+	if res.NextCursor != "" {
+		next := url.Values{}
+		next.Set("limit", strconv.Itoa(res.Limit))
+		next.Set("cursor", res.NextCursor)
+		if req.Status != "" {
+			next.Set("status", req.Status)
+		}
+		w.Header().Set("Link", "<"+jobsPath+"?"+next.Encode()+`>; rel="next"`)
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// cancel serves POST /api/etl/jobs/{id}/cancellation: id (404), then key
+// (400), then the one conditional UPDATE.
+func (a *api) cancel(w http.ResponseWriter, r *http.Request, principal string) {
+	id, ok := parseJobID(r.PathValue("id"))
+	if !ok {
+		a.opts.Service.CountCancelNotFound()
+		writeProblem(w, r, intake.CodeJobNotFound)
+		return
+	}
+	key, _, ok := parseIdempotencyKey(r.Header)
+	if !ok {
+		writeProblem(w, r, intake.CodeCancellationKeyRequired)
+		return
+	}
+	res, err := a.opts.Service.Cancel(r.Context(), intake.CancelRequest{
+		Principal: principal, JobID: id, IdempotencyKey: key,
+	})
+	if err != nil {
+		writeProblem(w, r, intake.CodeOf(err))
+		return
+	}
+	w.Header().Set("Idempotency-Replayed", replayedHeader(res.Replayed))
+	a.writeJob(w, http.StatusOK, intake.NewJobView(res.Job))
+}
+
+// process serves POST /api/etl/process: 200 text/plain "Processed: <id>"
+// lines; with an Idempotency-Key, the ledger replays or rejects reuse.
+func (a *api) process(w http.ResponseWriter, r *http.Request, principal string) {
+	key, present, ok := parseIdempotencyKey(r.Header)
+	if present && !ok {
+		writeProblem(w, r, intake.CodeInvalidIdempotencyKey)
+		return
+	}
+	body, ok := a.readBody(w, r)
+	if !ok {
+		return
+	}
+	res, err := a.opts.Service.Process(r.Context(), intake.ProcessRequest{
+		Principal: principal, IdempotencyKey: key, Body: body,
+	})
+	if err != nil {
+		writeProblem(w, r, intake.CodeOf(err))
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	if present {
+		h.Set("Idempotency-Replayed", replayedHeader(res.Replayed))
+	}
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte(res.ResponseText))
+}

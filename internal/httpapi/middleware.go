@@ -1,0 +1,161 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/mightyetl/mightyetl/internal/auth"
+	"github.com/mightyetl/mightyetl/internal/intake"
+	"github.com/mightyetl/mightyetl/internal/metrics"
+)
+
+// recorder captures the status and problem code of a response.
+type recorder struct {
+	http.ResponseWriter
+	status    int
+	errorCode string
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// instrument records every request's duration by route template (the mux
+// pattern, never the concrete path) and status class, and logs it: failures
+// (5xx) at error level, the rest at debug, with only the route, status,
+// duration and error code.
+func (a *api) instrument(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &recorder{ResponseWriter: w}
+		next.ServeHTTP(rec, r)
+		if rec.status == 0 {
+			rec.status = http.StatusOK
+		}
+		route := r.Pattern
+		if route == "" {
+			route = "unmatched"
+		}
+		elapsed := time.Since(start)
+		if m := a.opts.Metrics; m != nil {
+			m.RequestDuration.WithLabelValues(route, metrics.StatusClass(rec.status)).Observe(elapsed.Seconds())
+		}
+		level := slog.LevelDebug
+		if rec.status >= 500 {
+			level = slog.LevelError
+		}
+		if a.opts.Logger.Enabled(r.Context(), level) {
+			attrs := []slog.Attr{
+				slog.String("route", route),
+				slog.Int("status", rec.status),
+				slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
+			}
+			if rec.errorCode != "" {
+				attrs = append(attrs, slog.String("error_class", rec.errorCode))
+			}
+			a.opts.Logger.LogAttrs(context.WithoutCancel(r.Context()), level, "http request", attrs...)
+		}
+	})
+}
+
+// apiHandler is a handler of an /api/** route, called with the
+// authenticated principal.
+type apiHandler func(w http.ResponseWriter, r *http.Request, principal string)
+
+// authenticated sets Cache-Control: no-store and authenticates before h
+// runs. No or bad credentials: 401 etl_authentication_required; an unusable
+// principal: 401 etl_idempotency_principal_required; both with the
+// authenticator's WWW-Authenticate challenge.
+func (a *api) authenticated(h apiHandler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		principal, err := a.opts.Authenticator.Authenticate(r)
+		if err != nil {
+			w.Header().Set("WWW-Authenticate", a.opts.Authenticator.Challenge())
+			code := codeUnauthenticated
+			if errors.Is(err, auth.ErrPrincipalUnusable) {
+				code = intake.CodePrincipalRequired
+			}
+			writeProblem(w, r, code)
+			return
+		}
+		h(w, r, principal)
+	})
+}
+
+// healthz answers 200 while the process serves requests.
+func healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+// readyz answers 200 when the database answers and its schema is at the
+// version this binary expects, 503 otherwise (with a fixed reason).
+func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	reason := a.notReady(r.Context())
+	if reason != "" {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte("not ready: " + reason + "\n"))
+		return
+	}
+	_, _ = w.Write([]byte("ready\n"))
+}
+
+func (a *api) notReady(ctx context.Context) string {
+	pool := a.opts.Pool
+	if pool == nil {
+		return "no database"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := pool.Ping(ctx); err != nil {
+		return "database unreachable"
+	}
+	applied, expected, err := schemaVersion(ctx, pool)
+	if err != nil {
+		return "schema version unknown"
+	}
+	if applied != expected {
+		return "schema version mismatch"
+	}
+	return ""
+}
+
+// stripWeak returns an entity tag without its weakness indicator.
+func stripWeak(tag string) string { return strings.TrimPrefix(tag, "W/") }
+
+// ifNoneMatch reports whether the If-None-Match fields of h match etag by
+// the weak comparison (RFC 9110 section 13.1.2): "*" matches any current
+// representation; otherwise any listed tag whose opaque part equals etag's.
+func ifNoneMatch(h http.Header, etag string) bool {
+	want := stripWeak(etag)
+	for _, field := range h.Values("If-None-Match") {
+		for _, t := range strings.Split(field, ",") {
+			t = strings.Trim(t, " \t")
+			if t == "*" || (t != "" && stripWeak(t) == want) {
+				return true
+			}
+		}
+	}
+	return false
+}

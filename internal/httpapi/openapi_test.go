@@ -1,0 +1,140 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers/legacy"
+	"github.com/mightyetl/mightyetl/internal/pg"
+)
+
+// TestOpenAPIContract validates real responses of the running handler
+// against docs/openapi.yaml (OpenAPI 3.1, validated by kin-openapi), for
+// every route and a problem of every status the spec lists.
+func TestOpenAPIContract(t *testing.T) {
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromFile("../../docs/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := doc.Validate(loader.Context); err != nil {
+		t.Fatalf("spec invalid: %v", err)
+	}
+	doc.Servers = nil // match on paths only; the test server listens on a random port
+	router, err := legacy.NewRouter(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every problem code the handler can produce is listed in the spec.
+	codes := doc.Components.Schemas["Problem"].Value.Properties["errorCode"].Value.Enum
+	listed := map[string]bool{}
+	for _, c := range codes {
+		listed[c.(string)] = true
+	}
+	var missing []string
+	for code := range problemTable {
+		if !listed[code] {
+			missing = append(missing, code)
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		t.Errorf("spec lacks problem codes %v", missing)
+	}
+
+	e := newEnv(t)
+	s, _ := e.submit("alice", "key-openapi-00000001", sampleBody)
+	done := finishJob(t, e, "alice", "key-openapi-00000002", pg.StatusFailed)
+	e.submit("alice", "key-openapi-00000003", sampleBody)
+	var page listResponse
+	e.do(req{Method: "GET", Path: "/api/etl/jobs?limit=1", Principal: "alice"}).json(t, &page)
+	etag := e.do(req{Method: "GET", Path: "/api/etl/jobs/" + s.JobRecordID, Principal: "alice"}).Header.Get("ETag")
+
+	cases := []req{
+		{Method: "POST", Path: "/api/etl/jobs", Principal: "alice", Key: "key-openapi-00000004", Body: sampleBody},
+		{Method: "POST", Path: "/api/etl/jobs", Principal: "alice", Key: "key-openapi-00000004", Body: sampleBody},
+		{Method: "POST", Path: "/api/etl/jobs", Principal: "alice", Key: "key-openapi-00000004", Body: "[]"},
+		{Method: "POST", Path: "/api/etl/jobs", Principal: "alice", Key: "bad", Body: "[]"},
+		{Method: "POST", Path: "/api/etl/jobs", Key: "key-openapi-00000005", Body: "[]"},
+		{Method: "POST", Path: "/api/etl/jobs", Principal: "alice", Key: "key-openapi-00000005", Body: "[" + strings.Repeat(`{"id":"x"},`, 7000) + `{"id":"y"}]`},
+		{Method: "GET", Path: "/api/etl/jobs", Principal: "alice"},
+		{Method: "GET", Path: "/api/etl/jobs?limit=1", Principal: "alice"},
+		{Method: "GET", Path: "/api/etl/jobs?limit=1&cursor=" + page.NextCursor, Principal: "alice"},
+		{Method: "GET", Path: "/api/etl/jobs?limit=1&status=FAILED", Principal: "alice"},
+		{Method: "GET", Path: "/api/etl/jobs?limit=500", Principal: "alice"},
+		{Method: "GET", Path: "/api/etl/jobs/" + s.JobRecordID, Principal: "alice"},
+		{Method: "GET", Path: "/api/etl/jobs/" + done, Principal: "alice"},
+		{Method: "GET", Path: "/api/etl/jobs/" + s.JobRecordID, Principal: "alice", Header: map[string]string{"If-None-Match": etag}},
+		{Method: "GET", Path: "/api/etl/jobs/" + s.JobRecordID, Principal: "bob"},
+		{Method: "POST", Path: "/api/etl/jobs/" + s.JobRecordID + "/cancellation", Principal: "alice", Key: "cancel-openapi-00001"},
+		{Method: "POST", Path: "/api/etl/jobs/" + s.JobRecordID + "/cancellation", Principal: "alice", Key: "cancel-openapi-00001"},
+		{Method: "POST", Path: "/api/etl/jobs/" + s.JobRecordID + "/cancellation", Principal: "alice", Key: "cancel-openapi-00002"},
+		{Method: "POST", Path: "/api/etl/jobs/" + done + "/cancellation", Principal: "alice", Key: "cancel-openapi-00002"},
+		{Method: "POST", Path: "/api/etl/jobs/" + done + "/cancellation", Principal: "alice"},
+		{Method: "POST", Path: "/api/etl/process", Principal: "alice", Body: sampleBody},
+		{Method: "POST", Path: "/api/etl/process", Principal: "alice", Key: "sync-openapi-000001", Body: sampleBody},
+		{Method: "POST", Path: "/api/etl/process", Principal: "alice", Key: "sync-openapi-000001", Body: "[]"},
+		{Method: "POST", Path: "/api/etl/process", Principal: "alice", Body: `[{"id":""}]`},
+		{Method: "POST", Path: "/api/etl/diagnostic-jobs", Principal: "alice", Key: "key-openapi-00000006", Body: `{"durationMillis":1}`},
+		{Method: "POST", Path: "/api/etl/diagnostic-jobs", Principal: "alice", Key: "key-openapi-00000007", Body: `{"durationMillis":-1}`},
+		{Method: "GET", Path: "/healthz"},
+		{Method: "GET", Path: "/readyz"},
+		{Method: "GET", Path: "/metrics"},
+	}
+	seen := map[string]bool{}
+	for _, r := range cases {
+		hr, err := http.NewRequest(r.Method, e.srv.URL+r.Path, strings.NewReader(r.Body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Principal != "" {
+			hr.Header.Set("Authorization", "Test "+r.Principal)
+		}
+		if r.Key != "" {
+			hr.Header.Set("Idempotency-Key", r.Key)
+		}
+		if r.Body != "" {
+			hr.Header.Set("Content-Type", "application/json")
+		}
+		for k, v := range r.Header {
+			hr.Header.Set(k, v)
+		}
+		res := e.send(hr.Clone(context.Background()))
+		route, params, err := router.FindRoute(hr)
+		if err != nil {
+			t.Fatalf("%s %s: no route in the spec: %v", r.Method, r.Path, err)
+		}
+		input := &openapi3filter.ResponseValidationInput{
+			RequestValidationInput: &openapi3filter.RequestValidationInput{
+				Request: hr, PathParams: params, Route: route,
+				Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc},
+			},
+			Status: res.Status,
+			Header: res.Header,
+			Body:   io.NopCloser(bytes.NewReader(res.Body)),
+			Options: &openapi3filter.Options{
+				IncludeResponseStatus: true,
+				// Prometheus text and plain bodies are not JSON.
+				ExcludeResponseBody: !strings.Contains(res.Header.Get("Content-Type"), "json"),
+			},
+		}
+		if err := openapi3filter.ValidateResponse(context.Background(), input); err != nil {
+			t.Errorf("%s %s -> %d: %v", r.Method, r.Path, res.Status, err)
+		}
+		seen[route.Method+" "+route.Path] = true
+	}
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			if !seen[method+" "+path] {
+				t.Errorf("operation %s %s not exercised", method, path)
+			}
+		}
+	}
+}

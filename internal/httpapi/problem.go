@@ -1,0 +1,97 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"github.com/mightyetl/mightyetl/internal/intake"
+)
+
+// HTTP-only problem codes (the rest come from package intake).
+const (
+	codeUnauthenticated  = "etl_authentication_required"
+	codePayloadTooLarge  = "etl_payload_too_large"
+	codeRouteNotFound    = "etl_route_not_found"
+	codeMethodNotAllowed = "etl_method_not_allowed"
+)
+
+// problemSpec is one row of the problem table.
+type problemSpec struct {
+	Status int
+	Title  string
+	Detail string
+}
+
+// problemTable is the one mapping from errorCode to status, title and fixed
+// detail. Nothing else decides a problem's status or text.
+var problemTable = map[string]problemSpec{
+	intake.CodeInvalidJSON:             {400, "Invalid JSON", "The request body must be a JSON array of records without duplicate member names."},
+	intake.CodeInvalidIdempotencyKey:   {400, "Invalid idempotency key", "Send an Idempotency-Key of 16 to 128 characters from [A-Za-z0-9._:-], raw or as a quoted structured-field string."},
+	codeUnauthenticated:                {401, "Unauthorized", "Valid credentials are required."},
+	intake.CodePrincipalRequired:       {401, "Principal required", "The credentials do not name a usable principal."},
+	codePayloadTooLarge:                {413, "Payload too large", "The request body exceeds the configured size limit."},
+	intake.CodeBatchTooLarge:           {413, "Batch too large", "The request holds more records than the configured limit."},
+	intake.CodeInvalidRecord:           {422, "Invalid record", "A record, record id, field name or AMOUNT value is invalid."},
+	intake.CodeSubmissionKeyReused:     {422, "Submission key reused", "This Idempotency-Key was already used with a different request body."},
+	intake.CodeIdempotencyKeyReused:    {422, "Idempotency key reused", "This Idempotency-Key was already used with a different request body."},
+	intake.CodeInvalidPageLimit:        {400, "Invalid page limit", "limit must be a canonical decimal integer from 1 to 100."},
+	intake.CodeInvalidPageCursor:       {400, "Invalid page cursor", "cursor must be a nextCursor value returned to the same caller."},
+	intake.CodeInvalidStatusFilter:     {400, "Invalid status filter", "status must be one of PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED."},
+	intake.CodeCancellationKeyRequired: {400, "Cancellation key required", "Send an Idempotency-Key of 16 to 128 characters from [A-Za-z0-9._:-] to cancel a job."},
+	intake.CodeCancellationKeyReused:   {422, "Cancellation key reused", "The job was already cancelled with a different Idempotency-Key."},
+	intake.CodeAlreadySucceeded:        {409, "Job already succeeded", "The job succeeded before it could be cancelled."},
+	intake.CodeAlreadyFailed:           {409, "Job already failed", "The job failed before it could be cancelled."},
+	intake.CodeJobNotFound:             {404, "Job not found", "No such job exists for the caller."},
+	codeRouteNotFound:                  {404, "Not found", "No such resource."},
+	codeMethodNotAllowed:               {405, "Method not allowed", "The resource does not support this method."},
+	intake.CodeTargetUnavailable:       {503, "Target unavailable", "The database is unavailable; retry with backoff using the same Idempotency-Key and body."},
+	intake.CodeInternalError:           {500, "Internal error", "The request could not be completed."},
+}
+
+// problemTypePrefix starts every problem type URI.
+const problemTypePrefix = "urn:mightyetl:problem:"
+
+// problem is the RFC 9457 body.
+type problem struct {
+	Type      string `json:"type"`
+	Title     string `json:"title"`
+	Status    int    `json:"status"`
+	Detail    string `json:"detail"`
+	Instance  string `json:"instance"`
+	ErrorCode string `json:"errorCode"`
+}
+
+// problemFor builds the problem of code for request path; an unknown code
+// becomes etl_internal_error.
+func problemFor(code, path string) problem {
+	spec, ok := problemTable[code]
+	if !ok {
+		code, spec = intake.CodeInternalError, problemTable[intake.CodeInternalError]
+	}
+	return problem{
+		Type:      problemTypePrefix + strings.ReplaceAll(code, "_", "-"),
+		Title:     spec.Title,
+		Status:    spec.Status,
+		Detail:    spec.Detail,
+		Instance:  path,
+		ErrorCode: code,
+	}
+}
+
+// writeProblem answers r with the problem of code. Headers set earlier
+// (Cache-Control, WWW-Authenticate, Allow) are kept; a validator (ETag) is
+// removed because a problem is not a representation of the resource.
+func writeProblem(w http.ResponseWriter, r *http.Request, code string) {
+	p := problemFor(code, r.URL.Path)
+	if rec, ok := w.(*recorder); ok {
+		rec.errorCode = p.ErrorCode
+	}
+	h := w.Header()
+	h.Del("ETag")
+	h.Del("Retry-After")
+	h.Set("Content-Type", "application/problem+json")
+	body, _ := json.Marshal(p)
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(body)
+}

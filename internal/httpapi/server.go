@@ -1,0 +1,229 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mightyetl/mightyetl/internal/auth"
+	"github.com/mightyetl/mightyetl/internal/intake"
+	"github.com/mightyetl/mightyetl/internal/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Limits of the request body (MIGHTYETL_MAX_PAYLOAD_BYTES).
+const (
+	DefaultMaxPayloadBytes = 1 << 20
+	MaxPayloadBytesCeiling = 64 << 20
+)
+
+// Options configure the HTTP API. Zero values take the defaults noted.
+type Options struct {
+	// Addr is the listen address of Server.Start (MIGHTYETL_HTTP_ADDR);
+	// empty means 127.0.0.1:8080, port 0 picks a free port (see Server.Addr).
+	Addr string
+	// Service runs the use cases. Required.
+	Service *intake.Service
+	// Authenticator decides the principal; nil means auth.NewDeny().
+	Authenticator auth.Authenticator
+	// Pool backs /readyz (ping and schema version). Nil makes /readyz
+	// answer 503.
+	Pool *pgxpool.Pool
+	// Metrics receives request durations; nil records nothing. Pass the same
+	// value as the Service's metrics.
+	Metrics *metrics.Intake
+	// Gatherer serves /metrics; nil serves an empty registry.
+	Gatherer prometheus.Gatherer
+	// Logger receives one JSON line per failed request (route template,
+	// status, duration, error code) and debug lines for the rest; nil
+	// discards.
+	Logger *slog.Logger
+	// MaxPayloadBytes bounds a request body (1 byte..64 MiB); zero means 1 MiB.
+	MaxPayloadBytes int64
+	// PollInterval is the worker poll interval (MIGHTYETL_WORKER_POLL_INTERVAL);
+	// Retry-After is its ceiling in seconds, at least 1. Zero means 1s.
+	PollInterval time.Duration
+	// DiagnosticJobsEnabled serves POST /api/etl/diagnostic-jobs
+	// (MIGHTYETL_DIAGNOSTIC_JOBS_ENABLED); otherwise it is 404.
+	DiagnosticJobsEnabled bool
+}
+
+func (o *Options) normalise() error {
+	if o.Service == nil {
+		return errors.New("httpapi: no intake service")
+	}
+	if o.Addr == "" {
+		o.Addr = "127.0.0.1:8080"
+	}
+	if o.Authenticator == nil {
+		o.Authenticator = auth.NewDeny()
+	}
+	if o.Gatherer == nil {
+		o.Gatherer = prometheus.NewRegistry()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.MaxPayloadBytes == 0 {
+		o.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if o.MaxPayloadBytes < 1 || o.MaxPayloadBytes > MaxPayloadBytesCeiling {
+		return fmt.Errorf("httpapi: max payload bytes %d outside 1..%d", o.MaxPayloadBytes, MaxPayloadBytesCeiling)
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = time.Second
+	}
+	return nil
+}
+
+// api holds what the handlers share.
+type api struct {
+	opts       Options
+	retryAfter string
+}
+
+// NewHandler returns the routed, instrumented handler of every route. It is
+// safe for concurrent use.
+func NewHandler(opts Options) (http.Handler, error) {
+	if err := opts.normalise(); err != nil {
+		return nil, err
+	}
+	a := &api{opts: opts, retryAfter: fmt.Sprint(max(1, int64(math.Ceil(opts.PollInterval.Seconds()))))}
+	mux := http.NewServeMux()
+	route := func(pattern string, h apiHandler) { mux.Handle(pattern, a.authenticated(h)) }
+	allow := func(path, methods string) {
+		route(path, func(w http.ResponseWriter, r *http.Request, _ string) {
+			w.Header().Set("Allow", methods)
+			writeProblem(w, r, codeMethodNotAllowed)
+		})
+	}
+	route("POST /api/etl/jobs", a.submit(""))
+	route("GET /api/etl/jobs", a.list)
+	allow("/api/etl/jobs", "GET, HEAD, POST")
+	route("GET /api/etl/jobs/{id}", a.status)
+	allow("/api/etl/jobs/{id}", "GET, HEAD")
+	route("POST /api/etl/jobs/{id}/cancellation", a.cancel)
+	allow("/api/etl/jobs/{id}/cancellation", "POST")
+	route("POST /api/etl/process", a.process)
+	allow("/api/etl/process", "POST")
+	if opts.DiagnosticJobsEnabled {
+		route("POST /api/etl/diagnostic-jobs", a.submit("diagnostic"))
+		allow("/api/etl/diagnostic-jobs", "POST")
+	}
+	route("/api/", func(w http.ResponseWriter, r *http.Request, _ string) { writeProblem(w, r, codeRouteNotFound) })
+	mux.HandleFunc("GET /healthz", healthz)
+	mux.HandleFunc("GET /readyz", a.readyz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
+	return a.instrument(mux), nil
+}
+
+// Server serves the HTTP API on one listener. Start and Stop follow the
+// house shape: Start returns once listening, Stop drains and is safe to call
+// twice.
+type Server struct {
+	opts    Options
+	handler http.Handler
+	srv     *http.Server
+
+	mu       sync.Mutex
+	ln       net.Listener
+	served   chan struct{}
+	serveErr error
+	stopped  bool
+}
+
+// NewServer builds a Server; it does not listen until Start.
+func NewServer(opts Options) (*Server, error) {
+	h, err := NewHandler(opts)
+	if err != nil {
+		return nil, err
+	}
+	_ = opts.normalise() // NewHandler validated a copy; fill defaults here too
+	return &Server{
+		opts:    opts,
+		handler: h,
+		srv: &http.Server{
+			Handler:           h,
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       2 * time.Minute,
+			WriteTimeout:      2 * time.Minute,
+			IdleTimeout:       2 * time.Minute,
+			MaxHeaderBytes:    64 << 10,
+			ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
+		},
+	}, nil
+}
+
+// Handler returns the server's handler (for in-process tests).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Start listens on Options.Addr and serves in the background. It returns
+// the listen error, if any; ctx bounds only the start-up.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln != nil {
+		return errors.New("httpapi: server already started")
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", s.opts.Addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	s.ln, s.served = ln, make(chan struct{})
+	go func() {
+		defer close(s.served)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.mu.Lock()
+			s.serveErr = err
+			s.mu.Unlock()
+		}
+	}()
+	return nil
+}
+
+// Addr is the listening address (host:port) once started, else Options.Addr.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln != nil {
+		return s.ln.Addr().String()
+	}
+	return s.opts.Addr
+}
+
+// Stop stops accepting connections and waits for in-flight requests until
+// ctx ends, then closes what remains. It is safe to call twice and before
+// Start.
+func (s *Server) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	if s.ln == nil || s.stopped {
+		s.mu.Unlock()
+		return nil
+	}
+	s.stopped = true
+	served := s.served
+	s.mu.Unlock()
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		_ = s.srv.Close()
+	}
+	<-served
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("stop http server: %w", err)
+	}
+	if s.serveErr != nil {
+		return fmt.Errorf("serve http: %w", s.serveErr)
+	}
+	return nil
+}

@@ -1,0 +1,207 @@
+package intake
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/mightyetl/mightyetl/internal/pg"
+)
+
+// submission is one waiting Submit call inside the group-commit batcher.
+type submission struct {
+	job  pg.NewJob
+	done chan struct{} // closed when res/err are set
+	res  pg.Inserted
+	err  error
+}
+
+// batcher is the group commit of submissions. Every transaction that
+// writes an outbox row also NOTIFYs, and PostgreSQL serialises the commits of
+// notifying transactions, so throughput is commits/s × rows per commit: the
+// batcher maximises rows per commit. At most maxInFlight transactions run at
+// once; submissions arriving meanwhile queue and leave together in the next
+// transaction, up to maxBatch rows. When nothing is in flight, the first
+// arrival waits up to window for company (a full batch ends the wait).
+//
+// No goroutine runs while idle: the first caller of a round flushes in its
+// own goroutine, and a flush that finds more submissions queued when it
+// ends hands them to a new short-lived goroutine. A flush runs on a context
+// detached from any caller's cancellation, bounded by flushTimeout, so one
+// client going away never fails the others' submissions.
+type batcher struct {
+	db           pg.TxBeginner
+	window       time.Duration
+	maxBatch     int
+	maxInFlight  int
+	flushTimeout time.Duration
+	observe      func(n int) // batch size, may be nil
+
+	mu       sync.Mutex
+	pending  []*submission
+	inFlight int // transactions running
+	// wake is the waiting leader's channel, nil when no leader waits; a full
+	// batch closes it so the leader stops waiting.
+	wake chan struct{}
+}
+
+// submit queues s, takes part in flushing, and waits for s's outcome or ctx.
+// When ctx ends first the submission may still commit; the caller's retry
+// with the same key and body then replays it.
+func (b *batcher) submit(ctx context.Context, s *submission) error {
+	var wake chan struct{} // non-nil: this caller leads the round
+	b.mu.Lock()
+	b.pending = append(b.pending, s)
+	switch {
+	case b.wake != nil && len(b.pending) >= b.maxBatch:
+		close(b.wake) // the leader has nothing left to wait for
+		b.wake = nil
+	case b.wake == nil && b.inFlight < b.maxInFlight:
+		wake = make(chan struct{})
+		b.wake = wake
+	}
+	b.mu.Unlock()
+
+	if wake != nil {
+		if b.window > 0 {
+			t := time.NewTimer(b.window)
+			select { // not abandoned on ctx: the round's other callers rely on this flush
+			case <-t.C:
+			case <-wake:
+				t.Stop()
+			}
+		}
+		b.mu.Lock()
+		if b.wake == wake {
+			b.wake = nil
+		}
+		batch := b.take()
+		b.mu.Unlock()
+		if batch != nil {
+			b.run(ctx, batch)
+		}
+	}
+	select {
+	case <-s.done:
+		return s.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// take removes up to maxBatch queued submissions and counts a transaction
+// in flight for them; nil when none are queued. b.mu must be held.
+func (b *batcher) take() []*submission {
+	if len(b.pending) == 0 {
+		return nil
+	}
+	n := min(len(b.pending), b.maxBatch)
+	batch := b.pending[:n:n]
+	b.pending = append([]*submission(nil), b.pending[n:]...)
+	b.inFlight++
+	return batch
+}
+
+// run flushes batch, then hands whatever queued meanwhile to a new
+// goroutine (unless a waiting leader will take it).
+func (b *batcher) run(ctx context.Context, batch []*submission) {
+	b.flush(ctx, batch)
+	b.mu.Lock()
+	b.inFlight--
+	var next []*submission
+	if b.wake == nil {
+		next = b.take()
+	}
+	b.mu.Unlock()
+	if next != nil {
+		go b.run(context.WithoutCancel(ctx), next)
+	}
+}
+
+// flush inserts batch in one transaction and hands every caller its result.
+// Identical (principal, key) pairs are sent once; the first caller of a pair
+// gets Created true if the row is new, the others see the same job with
+// Created false. Jobs are sorted by (scope, key) so concurrent flushes that
+// share keys wait on each other's unique-index entries in one order and
+// cannot deadlock.
+func (b *batcher) flush(ctx context.Context, batch []*submission) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.flushTimeout)
+	defer cancel()
+
+	type pairKey struct{ scope, key string }
+	index := make(map[pairKey]int, len(batch))
+	jobs := make([]pg.NewJob, 0, len(batch))
+	slot := make([]int, len(batch))
+	for i, s := range batch {
+		k := pairKey{s.job.PrincipalScopeHash, s.job.SubmissionKeyHash}
+		j, ok := index[k]
+		if !ok {
+			j = len(jobs)
+			index[k] = j
+			jobs = append(jobs, s.job)
+		}
+		slot[i] = j
+	}
+	order := make([]int, len(jobs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(x, y int) int {
+		return cmp.Or(cmp.Compare(jobs[x].PrincipalScopeHash, jobs[y].PrincipalScopeHash),
+			cmp.Compare(jobs[x].SubmissionKeyHash, jobs[y].SubmissionKeyHash))
+	})
+	sorted := make([]pg.NewJob, len(jobs))
+	for to, from := range order {
+		sorted[to] = jobs[from]
+	}
+
+	var inserted []pg.Inserted
+	var err error
+	for attempt := 0; ; attempt++ {
+		err = pg.WithTx(ctx, b.db, func(tx pgx.Tx) error {
+			var ierr error
+			inserted, ierr = pg.InsertJobs(ctx, tx, sorted)
+			return ierr
+		})
+		if err == nil || attempt == 2 || !retryableFlush(err) {
+			break
+		}
+	}
+	if err == nil && b.observe != nil {
+		b.observe(len(batch))
+	}
+	results := make([]pg.Inserted, len(jobs))
+	if err == nil {
+		for to, from := range order {
+			results[from] = inserted[to]
+		}
+	}
+	handed := make([]bool, len(jobs))
+	for i, s := range batch {
+		if err != nil {
+			s.err = storeError(err)
+		} else {
+			s.res = results[slot[i]]
+			if handed[slot[i]] {
+				s.res.Created = false
+			}
+			handed[slot[i]] = true
+		}
+		close(s.done)
+	}
+}
+
+// retryableFlush is true for losing a deadlock or serialization race, and
+// for an existing row that vanished between InsertJobs' two statements.
+func retryableFlush(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01") {
+		return true
+	}
+	return errors.Is(err, pg.ErrNotFound)
+}

@@ -1,0 +1,122 @@
+package intake
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/mightyetl/mightyetl/internal/etl"
+	"github.com/mightyetl/mightyetl/internal/pg"
+)
+
+// Stable error codes of the use cases. They are the errorCode values of the
+// HTTP contract; transports map each to their own representation.
+const (
+	CodeInvalidJSON             = etl.CodeInvalidJSON   // body absent, malformed, duplicate members, not an array
+	CodeInvalidRecord           = etl.CodeInvalidRecord // a record, id, field name or AMOUNT is invalid
+	CodeBatchTooLarge           = etl.CodeBatchTooLarge // more records than MIGHTYETL_MAX_BATCH_RECORDS
+	CodeInvalidIdempotencyKey   = "etl_invalid_idempotency_key"
+	CodePrincipalRequired       = "etl_idempotency_principal_required"
+	CodeSubmissionKeyReused     = "etl_job_submission_key_reused"
+	CodeIdempotencyKeyReused    = "etl_idempotency_key_reused"
+	CodeJobNotFound             = "etl_job_not_found"
+	CodeCancellationKeyRequired = "etl_job_cancellation_key_required"
+	CodeCancellationKeyReused   = "etl_job_cancellation_key_reused"
+	CodeAlreadySucceeded        = "etl_job_already_succeeded"
+	CodeAlreadyFailed           = "etl_job_already_failed"
+	CodeInvalidPageLimit        = "etl_invalid_job_page_limit"
+	CodeInvalidPageCursor       = "etl_invalid_job_page_cursor"
+	CodeInvalidStatusFilter     = "etl_invalid_job_status_filter"
+	CodeTargetUnavailable       = "etl_target_unavailable"
+	CodeInternalError           = "etl_internal_error"
+)
+
+// Error is a use-case rejection with a stable Code (one of the Code*
+// constants). Index is the offending record for etl_invalid_record and -1
+// otherwise. The cause, if any, is reachable with errors.Unwrap for
+// classification but never part of Error(), which depends only on Code.
+// errors.Is(err, ErrJobNotFound) and the like compare codes.
+type Error struct {
+	Code  string
+	Index int
+	cause error
+}
+
+// Error returns "intake: <code>".
+func (e *Error) Error() string { return "intake: " + e.Code }
+
+// Unwrap returns the cause (a database or context error), or nil.
+func (e *Error) Unwrap() error { return e.cause }
+
+// Is reports whether target is an *Error with the same Code.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+func codeError(code string) *Error { return &Error{Code: code, Index: -1} }
+
+// Sentinels for errors.Is.
+var (
+	ErrInvalidIdempotencyKey   = codeError(CodeInvalidIdempotencyKey)
+	ErrPrincipalRequired       = codeError(CodePrincipalRequired)
+	ErrSubmissionKeyReused     = codeError(CodeSubmissionKeyReused)
+	ErrIdempotencyKeyReused    = codeError(CodeIdempotencyKeyReused)
+	ErrJobNotFound             = codeError(CodeJobNotFound)
+	ErrCancellationKeyRequired = codeError(CodeCancellationKeyRequired)
+	ErrCancellationKeyReused   = codeError(CodeCancellationKeyReused)
+	ErrAlreadySucceeded        = codeError(CodeAlreadySucceeded)
+	ErrAlreadyFailed           = codeError(CodeAlreadyFailed)
+	ErrInvalidPageLimit        = codeError(CodeInvalidPageLimit)
+	ErrInvalidPageCursor       = codeError(CodeInvalidPageCursor)
+	ErrInvalidStatusFilter     = codeError(CodeInvalidStatusFilter)
+	ErrTargetUnavailable       = codeError(CodeTargetUnavailable)
+	ErrInternal                = codeError(CodeInternalError)
+)
+
+// fromETL converts an etl rejection to an *Error with the same code.
+func fromETL(err error) error {
+	var ee *etl.Error
+	if errors.As(err, &ee) {
+		return &Error{Code: ee.Code, Index: ee.Index}
+	}
+	return &Error{Code: CodeInternalError, Index: -1, cause: err}
+}
+
+// storeError classifies a database failure: unreachable or transient is
+// etl_target_unavailable (retry with the same key and body), anything else
+// etl_internal_error. The cause is kept for errors.Is/As only.
+func storeError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return err
+	}
+	// Any failure to connect means the database is unavailable to us, whatever
+	// the server said (not accepting connections, too many clients, ...).
+	var connectErr *pgconn.ConnectError
+	if pg.IsTransient(err) || errors.As(err, &connectErr) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return &Error{Code: CodeTargetUnavailable, Index: -1, cause: err}
+	}
+	return &Error{Code: CodeInternalError, Index: -1, cause: err}
+}
+
+// CodeOf returns the stable code of err: its *Error or *etl.Error code, or
+// etl_internal_error for anything else (nil gives "").
+func CodeOf(err error) string {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	var ee *etl.Error
+	if errors.As(err, &ee) {
+		return ee.Code
+	}
+	return CodeInternalError
+}

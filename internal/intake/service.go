@@ -1,0 +1,230 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/mightyetl/mightyetl/internal/auth"
+	"github.com/mightyetl/mightyetl/internal/metrics"
+	"github.com/mightyetl/mightyetl/internal/pg"
+)
+
+// DB is what the Service needs from PostgreSQL; *pgxpool.Pool satisfies it.
+type DB interface {
+	pg.DBTX
+	pg.TxBeginner
+}
+
+// Defaults of Options.
+const (
+	DefaultMaxBatchRecords        = 1000
+	DefaultMaxAttempts            = 3
+	DefaultGroupCommitWindow      = time.Millisecond
+	DefaultGroupCommitMaxBatch    = 256
+	DefaultGroupCommitMaxInFlight = 2
+	DefaultFlushTimeout           = 15 * time.Second
+	DefaultListLimit              = 50
+	MaxListLimit                  = 100
+)
+
+// Options configure a Service. Zero values take the defaults noted.
+type Options struct {
+	// DB is the pool every use case runs on. Required.
+	DB DB
+	// PrincipalHashKey keys principal_scope_hash and cursor bindings
+	// (MIGHTYETL_PRINCIPAL_HASH_KEY). Empty is accepted only for deny mode,
+	// where no request reaches the Service.
+	PrincipalHashKey []byte
+	// MaxBatchRecords bounds records per request; zero means 1000.
+	MaxBatchRecords int
+	// MaxAttempts is stored on each new job (1..100); zero means 3.
+	MaxAttempts int
+	// GroupCommitWindow is how long the first submission of a round waits for
+	// others to share its transaction; zero means 1ms, negative means no wait.
+	GroupCommitWindow time.Duration
+	// GroupCommitMaxBatch flushes a round early once this many submissions
+	// wait; zero means 256.
+	GroupCommitMaxBatch int
+	// GroupCommitMaxInFlight bounds concurrent group-commit transactions;
+	// zero means 2.
+	GroupCommitMaxInFlight int
+	// FlushTimeout bounds one group-commit transaction; zero means 15s.
+	FlushTimeout time.Duration
+	// Metrics, when not nil, counts submissions, cancellations and batch sizes.
+	Metrics *metrics.Intake
+}
+
+// Service runs the intake use cases. It holds no goroutines and no cache;
+// it is safe for concurrent use and needs no shutdown.
+type Service struct {
+	db          DB
+	hashKey     []byte
+	maxRecords  int
+	maxAttempts int
+	metrics     *metrics.Intake
+	batcher     *batcher
+}
+
+// New returns a Service, or an error when opts are out of range.
+func New(opts Options) (*Service, error) {
+	if opts.DB == nil {
+		return nil, errors.New("new intake service: no database")
+	}
+	if opts.MaxBatchRecords == 0 {
+		opts.MaxBatchRecords = DefaultMaxBatchRecords
+	}
+	if opts.MaxAttempts == 0 {
+		opts.MaxAttempts = DefaultMaxAttempts
+	}
+	if opts.MaxAttempts < 1 || opts.MaxAttempts > 100 {
+		return nil, fmt.Errorf("new intake service: max attempts %d outside 1..100", opts.MaxAttempts)
+	}
+	if opts.MaxBatchRecords < 1 {
+		return nil, fmt.Errorf("new intake service: max batch records %d below 1", opts.MaxBatchRecords)
+	}
+	switch {
+	case opts.GroupCommitWindow == 0:
+		opts.GroupCommitWindow = DefaultGroupCommitWindow
+	case opts.GroupCommitWindow < 0:
+		opts.GroupCommitWindow = 0
+	}
+	if opts.GroupCommitMaxBatch <= 0 {
+		opts.GroupCommitMaxBatch = DefaultGroupCommitMaxBatch
+	}
+	if opts.GroupCommitMaxInFlight <= 0 {
+		opts.GroupCommitMaxInFlight = DefaultGroupCommitMaxInFlight
+	}
+	if opts.FlushTimeout <= 0 {
+		opts.FlushTimeout = DefaultFlushTimeout
+	}
+	s := &Service{
+		db:          opts.DB,
+		hashKey:     append([]byte(nil), opts.PrincipalHashKey...),
+		maxRecords:  opts.MaxBatchRecords,
+		maxAttempts: opts.MaxAttempts,
+		metrics:     opts.Metrics,
+	}
+	s.batcher = &batcher{
+		db:           opts.DB,
+		window:       opts.GroupCommitWindow,
+		maxBatch:     opts.GroupCommitMaxBatch,
+		maxInFlight:  opts.GroupCommitMaxInFlight,
+		flushTimeout: opts.FlushTimeout,
+	}
+	if opts.Metrics != nil {
+		s.batcher.observe = func(n int) { opts.Metrics.SubmitBatchSize.Observe(float64(n)) }
+	}
+	return s, nil
+}
+
+// scope returns principal_scope_hash of principal, or ErrPrincipalRequired
+// when the principal is blank.
+func (s *Service) scope(principal string) (string, error) {
+	if strings.TrimSpace(principal) == "" {
+		return "", ErrPrincipalRequired
+	}
+	return auth.ScopeHash(s.hashKey, principal), nil
+}
+
+// Status returns the caller's job jobID. Absent and foreign jobs are both
+// ErrJobNotFound; an unreachable database is etl_target_unavailable.
+func (s *Service) Status(ctx context.Context, principal string, jobID uuid.UUID) (pg.Job, error) {
+	scope, err := s.scope(principal)
+	if err != nil {
+		return pg.Job{}, err
+	}
+	j, err := pg.GetJob(ctx, s.db, scope, jobID)
+	if errors.Is(err, pg.ErrNotFound) {
+		return pg.Job{}, ErrJobNotFound
+	}
+	if err != nil {
+		return pg.Job{}, storeError(err)
+	}
+	return j, nil
+}
+
+// ListRequest asks for one page of the caller's jobs.
+type ListRequest struct {
+	Principal string
+	// Limit is 1..100; zero means 50. Anything else is ErrInvalidPageLimit.
+	Limit int
+	// Cursor is a NextCursor from an earlier page of the same principal, or
+	// empty for the first page. Anything else is ErrInvalidPageCursor.
+	Cursor string
+	// Status, when not empty, keeps jobs in that state (one of the five);
+	// anything else is ErrInvalidStatusFilter.
+	Status string
+}
+
+// ListResult is one page.
+type ListResult struct {
+	// Jobs are newest first (created_at DESC, job_record_id DESC).
+	Jobs []pg.Job
+	// NextCursor continues the list; empty on the last page. It is bound to
+	// the principal: no other principal can use it.
+	NextCursor string
+	// Limit is the effective page size.
+	Limit int
+}
+
+// ValidStatus reports whether s is one of the five job states.
+func ValidStatus(s string) bool {
+	switch s {
+	case pg.StatusPending, pg.StatusRunning, pg.StatusSucceeded, pg.StatusFailed, pg.StatusCancelled:
+		return true
+	}
+	return false
+}
+
+// List returns one keyset page of the caller's jobs. Validation order:
+// limit, status, cursor.
+func (s *Service) List(ctx context.Context, req ListRequest) (ListResult, error) {
+	scope, err := s.scope(req.Principal)
+	if err != nil {
+		return ListResult{}, err
+	}
+	if req.Limit == 0 {
+		req.Limit = DefaultListLimit
+	}
+	if req.Limit < 1 || req.Limit > MaxListLimit {
+		return ListResult{}, ErrInvalidPageLimit
+	}
+	if req.Status != "" && !ValidStatus(req.Status) {
+		return ListResult{}, ErrInvalidStatusFilter
+	}
+	p := pg.ListParams{PrincipalScopeHash: scope, Status: req.Status, Limit: req.Limit + 1}
+	if req.Cursor != "" {
+		k, err := decodeCursor(s.hashKey, scope, req.Cursor)
+		if err != nil {
+			return ListResult{}, err
+		}
+		p.After = &k
+	}
+	jobs, err := pg.ListJobs(ctx, s.db, p)
+	if err != nil {
+		return ListResult{}, storeError(err)
+	}
+	res := ListResult{Jobs: jobs, Limit: req.Limit}
+	if len(jobs) > req.Limit {
+		res.Jobs = jobs[:req.Limit]
+		last := res.Jobs[req.Limit-1]
+		res.NextCursor = encodeCursor(s.hashKey, scope, pg.PageKey{CreatedAt: last.CreatedAt, JobID: last.JobID})
+	}
+	return res, nil
+}
+
+func (s *Service) count(outcome string) {
+	if s.metrics != nil {
+		s.metrics.Submissions.WithLabelValues(outcome).Inc()
+	}
+}
+
+func (s *Service) countCancel(outcome string) {
+	if s.metrics != nil {
+		s.metrics.Cancellations.WithLabelValues(outcome).Inc()
+	}
+}

@@ -1,0 +1,106 @@
+package intake
+
+import (
+	"context"
+
+	"github.com/mightyetl/mightyetl/internal/etl"
+	"github.com/mightyetl/mightyetl/internal/metrics"
+	"github.com/mightyetl/mightyetl/internal/pg"
+)
+
+// SubmitRequest is one durable-job submission.
+type SubmitRequest struct {
+	// Principal is the authenticated caller (non-blank).
+	Principal string
+	// IdempotencyKey is the normalised key (see ValidKey); required.
+	IdempotencyKey string
+	// Body is the exact request body; it becomes the job's payload.
+	Body []byte
+	// Kind is pg.KindETLRecords (a record batch) or pg.KindDiagnostic (see
+	// ParseDiagnostic); empty means pg.KindETLRecords.
+	Kind string
+}
+
+// SubmitResult is the job a submission created or replayed.
+type SubmitResult struct {
+	// Job is the job's current state.
+	Job pg.Job
+	// Replayed is true when an earlier identical submission created Job.
+	Replayed bool
+}
+
+// Submit validates and transforms the whole body, then creates the job and
+// its outbox row in one transaction shared with concurrent submissions
+// (group commit). Outcomes:
+//   - new job: Replayed false;
+//   - same principal and key, byte-identical body and same kind: the
+//     existing job with its current status, Replayed true (also when the
+//     first submission is still committing: exactly one caller gets false);
+//   - same key, other body or kind: ErrSubmissionKeyReused;
+//   - invalid key: ErrInvalidIdempotencyKey; blank principal:
+//     ErrPrincipalRequired; invalid body: etl_invalid_json,
+//     etl_invalid_record or etl_batch_too_large, with nothing written;
+//   - database unreachable: etl_target_unavailable, with nothing written
+//     (retry with the same key and body).
+//
+// When ctx ends while the transaction is in flight Submit returns a
+// etl_target_unavailable error, yet the job may have been created; a retry
+// replays it.
+func (s *Service) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, error) {
+	res, err := s.submit(ctx, req)
+	switch {
+	case err != nil:
+		s.count(metrics.SubmissionRejected)
+	case res.Replayed:
+		s.count(metrics.SubmissionReplayed)
+	default:
+		s.count(metrics.SubmissionAccepted)
+	}
+	return res, err
+}
+
+func (s *Service) submit(ctx context.Context, req SubmitRequest) (SubmitResult, error) {
+	scope, err := s.scope(req.Principal)
+	if err != nil {
+		return SubmitResult{}, err
+	}
+	if !ValidKey(req.IdempotencyKey) {
+		return SubmitResult{}, ErrInvalidIdempotencyKey
+	}
+	kind := req.Kind
+	switch kind {
+	case "", pg.KindETLRecords:
+		kind = pg.KindETLRecords
+		if _, err := etl.Process(req.Body, s.maxRecords); err != nil {
+			return SubmitResult{}, fromETL(err)
+		}
+	case pg.KindDiagnostic:
+		if _, err := ParseDiagnostic(req.Body, s.maxRecords); err != nil {
+			return SubmitResult{}, err
+		}
+	default:
+		return SubmitResult{}, ErrInternal
+	}
+	digest := RequestDigest(req.Body)
+	sub := &submission{
+		job: pg.NewJob{
+			Kind:               kind,
+			PrincipalScopeHash: scope,
+			SubmissionKeyHash:  SubmissionKeyHash(scope, req.IdempotencyKey),
+			RequestDigest:      digest,
+			Payload:            string(req.Body),
+			MaxAttempts:        s.maxAttempts,
+		},
+		done: make(chan struct{}),
+	}
+	if err := s.batcher.submit(ctx, sub); err != nil {
+		return SubmitResult{}, storeError(err)
+	}
+	if sub.res.Created {
+		return SubmitResult{Job: sub.res.Job}, nil
+	}
+	if sub.res.RequestDigest != digest || sub.res.Kind != kind {
+		return SubmitResult{}, ErrSubmissionKeyReused
+	}
+	return SubmitResult{Job: sub.res.Job, Replayed: true}, nil
+}

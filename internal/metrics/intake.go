@@ -1,0 +1,71 @@
+package metrics
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Submission outcome label values (mightyetl_jobs_submitted_total{outcome}).
+const (
+	SubmissionAccepted = "accepted" // a new job was created
+	SubmissionReplayed = "replayed" // an identical earlier submission's job was returned
+	SubmissionRejected = "rejected" // validation, key reuse or an unavailable database
+)
+
+// Cancellation outcome label values (mightyetl_job_cancellations_total{outcome}).
+const (
+	CancellationCancelled = "cancelled" // this request moved the job to CANCELLED
+	CancellationReplayed  = "replayed"  // the same key cancelled it earlier
+	CancellationConflict  = "conflict"  // terminal already, or another key cancelled it
+	CancellationNotFound  = "not_found" // absent, foreign or malformed id
+)
+
+// Status classes of mightyetl_http_request_duration_seconds{status_class}.
+var statusClasses = []string{"1xx", "2xx", "3xx", "4xx", "5xx"}
+
+// StatusClass maps an HTTP status code to its finite label value.
+func StatusClass(code int) string {
+	if code < 100 || code > 599 {
+		return "5xx"
+	}
+	return statusClasses[code/100-1]
+}
+
+// Intake holds the intake process's collectors. Route labels are the
+// route templates of the HTTP mux (e.g. "GET /api/etl/jobs/{id}"), never a
+// concrete path.
+type Intake struct {
+	Submissions     *prometheus.CounterVec
+	Cancellations   *prometheus.CounterVec
+	RequestDuration *prometheus.HistogramVec
+	SubmitBatchSize prometheus.Histogram
+}
+
+// NewIntake creates the intake collectors and registers them on reg.
+func NewIntake(reg prometheus.Registerer) *Intake {
+	m := &Intake{
+		Submissions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mightyetl_jobs_submitted_total",
+			Help: "Job submissions by outcome: accepted, replayed, rejected.",
+		}, []string{"outcome"}),
+		Cancellations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mightyetl_job_cancellations_total",
+			Help: "Cancellation requests by outcome: cancelled, replayed, conflict, not_found.",
+		}, []string{"outcome"}),
+		RequestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "mightyetl_http_request_duration_seconds",
+			Help:    "HTTP request duration by route template and status class.",
+			Buckets: latencyBuckets,
+		}, []string{"route", "status_class"}),
+		SubmitBatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "mightyetl_intake_submit_batch_size",
+			Help:    "Submissions committed per group-commit transaction.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
+		}),
+	}
+	for _, o := range []string{SubmissionAccepted, SubmissionReplayed, SubmissionRejected} {
+		m.Submissions.WithLabelValues(o)
+	}
+	for _, o := range []string{CancellationCancelled, CancellationReplayed, CancellationConflict, CancellationNotFound} {
+		m.Cancellations.WithLabelValues(o)
+	}
+	reg.MustRegister(m.Submissions, m.Cancellations, m.RequestDuration, m.SubmitBatchSize)
+	return m
+}

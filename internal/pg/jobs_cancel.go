@@ -1,0 +1,120 @@
+package pg
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/uuid"
+)
+
+// CodeCancelledByOwner is the cancellation_code of an owner's cancellation.
+const CodeCancelledByOwner = "etl_job_cancelled_by_owner"
+
+// CancelParams identify one cancellation attempt.
+type CancelParams struct {
+	// PrincipalScopeHash is the caller; only its own job can match.
+	PrincipalScopeHash string
+	JobID              uuid.UUID
+	// CancellationKeyHash is the domain-separated hash of the caller's key,
+	// stored on the row when this call cancels it.
+	CancellationKeyHash string
+}
+
+// CancelOutcome is what CancelJob found or did.
+type CancelOutcome struct {
+	// Job is the row's owner-visible state after the statement.
+	Job Job
+	// Cancelled is true when this call moved the job to CANCELLED.
+	Cancelled bool
+	// PreviousStatus is the state the call cancelled (PENDING or RUNNING);
+	// empty when Cancelled is false.
+	PreviousStatus string
+	// StoredKeyHash is the cancellation_key_hash of an already CANCELLED row
+	// (Cancelled false), to tell a replay from a key reuse.
+	StoredKeyHash string
+}
+
+// cancelSQL is the only authority over a cancellation: one statement that
+// moves the caller's PENDING or RUNNING row to CANCELLED and writes its outbox
+// rows. Lock: the FOR UPDATE subquery takes the row lock first and reads the
+// status being replaced; under READ COMMITTED, when another transaction (a
+// finishing worker, a claim, another cancel) holds the row, it waits and then
+// re-checks the predicate against the committed version, so a row that became
+// terminal in the meantime is simply not matched. The claim statement uses
+// SKIP LOCKED and never waits on it. Clearing the payload and every lease
+// column makes every later fenced write of the previous lease holder (renew,
+// succeed, retry, fail, release) affect zero rows. Time: clock_timestamp(),
+// the database's time at execution. A revocation row is written only when the
+// job was RUNNING, so workers can stop the handler early.
+const cancelSQL = `
+WITH cancelled AS (
+    UPDATE etl_job_records j
+    SET job_status = 'CANCELLED',
+        request_payload = NULL,
+        lease_claim_id = NULL, lease_owner_id = NULL,
+        lease_expires_at = NULL, lease_fencing_token = NULL,
+        cancellation_key_hash = $3,
+        cancellation_code = 'etl_job_cancelled_by_owner',
+        job_cancelled_at = clock_timestamp(),
+        updated_at = clock_timestamp()
+    FROM (
+        SELECT job_record_id, job_status
+        FROM etl_job_records
+        WHERE job_record_id = $1 AND principal_scope_hash = $2
+          AND job_status IN ('PENDING', 'RUNNING')
+        FOR UPDATE
+    ) old
+    WHERE j.job_record_id = old.job_record_id
+      AND j.job_status IN ('PENDING', 'RUNNING')
+    RETURNING old.job_status AS previous_status, ` + jobColumns + `
+), lifecycle_events AS (
+    INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, attempt_count, event_code)
+    SELECT 'job_lifecycle', job_record_id, 'CANCELLED', attempt_count, 'etl_job_cancelled_by_owner'
+    FROM cancelled
+), revocation_events AS (
+    INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, attempt_count, event_code)
+    SELECT 'lease_revoked', job_record_id, 'CANCELLED', attempt_count, 'etl_job_cancelled_by_owner'
+    FROM cancelled WHERE previous_status = 'RUNNING'
+)
+SELECT previous_status, job_record_id, job_kind, job_status, attempt_count, failure_code,
+       cancellation_code, created_at, updated_at, request_digest
+FROM cancelled`
+
+// cancelledStateSQL reads the caller's row after the conditional UPDATE
+// matched nothing, in a fresh statement (and so a fresh READ COMMITTED
+// snapshot that sees whatever terminal state won).
+const cancelledStateSQL = `SELECT j.cancellation_key_hash, ` + jobColumns + `
+FROM etl_job_records j WHERE j.job_record_id = $1 AND j.principal_scope_hash = $2`
+
+// CancelJob cancels the caller's job when it is PENDING or RUNNING, in one
+// statement on db (a pool: the statement commits on its own; or the caller's
+// transaction). When nothing was cancelled it reads the caller's row to say
+// why: ErrNotFound for an absent or foreign job, otherwise the row with
+// Cancelled false (terminal: SUCCEEDED, FAILED, or CANCELLED with
+// StoredKeyHash). The decision to cancel is never taken on that read.
+func CancelJob(ctx context.Context, db DBTX, p CancelParams) (CancelOutcome, error) {
+	var out CancelOutcome
+	row := db.QueryRow(ctx, cancelSQL, p.JobID, p.PrincipalScopeHash, p.CancellationKeyHash)
+	j, err := scanJob(row, &out.PreviousStatus)
+	switch {
+	case err == nil:
+		out.Job, out.Cancelled = j, true
+		return out, nil
+	case !IsNoRows(err):
+		return CancelOutcome{}, fmt.Errorf("cancel job: %w", err)
+	}
+	out.PreviousStatus = ""
+	var stored *string
+	j, err = scanJob(db.QueryRow(ctx, cancelledStateSQL, p.JobID, p.PrincipalScopeHash), &stored)
+	if IsNoRows(err) {
+		return CancelOutcome{}, ErrNotFound
+	}
+	if err != nil {
+		return CancelOutcome{}, fmt.Errorf("read cancelled job: %w", err)
+	}
+	out.Job = j
+	if stored != nil {
+		out.StoredKeyHash = *stored
+	}
+	return out, nil
+}
