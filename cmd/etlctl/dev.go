@@ -13,17 +13,13 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/mightyetl/mightyetl/internal/auth"
 	"github.com/mightyetl/mightyetl/internal/config"
-	"github.com/mightyetl/mightyetl/internal/events"
 	"github.com/mightyetl/mightyetl/internal/httpapi"
-	"github.com/mightyetl/mightyetl/internal/intake"
-	"github.com/mightyetl/mightyetl/internal/metrics"
-	"github.com/mightyetl/mightyetl/internal/outbox"
+	"github.com/mightyetl/mightyetl/internal/natsbridge"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/worker"
 )
@@ -129,21 +125,8 @@ func runDev(args []string) int {
 		return 1
 	}
 
-	// NATS connection for the relay and the request consumer.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var nc *nats.Conn
-	if wcfg.NATS.Enabled() {
-		nc, err = events.Connect(startCtx, events.Options{URL: wcfg.NATS.URL, Name: "mightyetl-dev",
-			CredsFile: wcfg.NATS.CredsFile, TLSCAFile: wcfg.NATS.TLSCAFile, TLSCertFile: wcfg.NATS.TLSCertFile,
-			TLSKeyFile: wcfg.NATS.TLSKeyFile}, log, metrics.NewEvents(reg))
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "etlctl dev: NATS: %v\n", err)
-			return 1
-		}
-		defer nc.Close()
-	}
-
 	srv, svc, err := httpapi.NewServerFromConfig(icfg, pool, authn, log, reg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "etlctl dev: %v\n", err)
@@ -157,32 +140,13 @@ func runDev(args []string) int {
 			_ = stoppers[i](stopCtx)
 		}
 	}()
-	if nc != nil {
-		relay, err := outbox.New(pool, nc, wcfg.NATS.SubjectPrefix, log, metrics.NewOutbox(reg),
-			outbox.Options{PollInterval: wcfg.NATS.OutboxPollInterval, BatchSize: wcfg.NATS.OutboxBatchSize})
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "etlctl dev: outbox relay: %v\n", err)
-			return 1
-		}
-		if err := relay.Start(ctx); err != nil {
-			fmt.Fprintf(os.Stderr, "etlctl dev: outbox relay: %v\n", err)
-			return 1
-		}
-		stoppers = append(stoppers, relay.Stop)
-		if wcfg.NATS.RequestsEnabled {
-			consumer, err := events.NewRequestConsumer(nc, wcfg.NATS.SubjectPrefix, intake.NATSRequests{Service: svc}, log,
-				metrics.NewEvents(reg), events.RequestConsumerOptions{MaxRequestBytes: int32(icfg.MaxPayloadBytes)})
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "etlctl dev: request consumer: %v\n", err)
-				return 1
-			}
-			if err := consumer.Start(ctx); err != nil {
-				fmt.Fprintf(os.Stderr, "etlctl dev: request consumer: %v\n", err)
-				return 1
-			}
-			stoppers = append(stoppers, consumer.Stop)
-		}
+	bridge, err := natsbridge.Start(ctx, natsbridge.Options{NATS: icfg.NATS, Pool: pool, Service: svc,
+		MaxRequestBytes: icfg.MaxPayloadBytes, Name: "mightyetl-dev", Registry: reg, Log: log})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "etlctl dev: %v\n", err)
+		return 1
 	}
+	stoppers = append(stoppers, bridge.Stop)
 	wp, err := worker.NewProcess(startCtx, wcfg, wloader.Provenance(), true, log)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "etlctl dev: worker: %v\n", err)

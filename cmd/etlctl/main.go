@@ -2,6 +2,7 @@
 //
 //	etlctl migrate up|down|status   apply, roll back one, or list migrations (creates the database if missing)
 //	etlctl credentials hash NAME    read a password on stdin, print the "NAME:argon2id-hash" line
+//	etlctl relay                    run the outbox relay alone (needs NATS_URL)
 //	etlctl dev                      run the whole system in one process (see README)
 //
 // Settings come from flags and MIGHTYETL_* / DATABASE_URL variables like the
@@ -20,7 +21,8 @@ func main() {
 const usage = `usage:
   etlctl migrate up|down|status
   etlctl credentials hash <principal>   (password on standard input)
-  etlctl dev [flags]`
+  etlctl relay
+  etlctl dev`
 
 func run(args []string) int {
 	if len(args) == 0 {
@@ -34,6 +36,8 @@ func run(args []string) int {
 		return runCredentials(args[1:])
 	case "dev":
 		return runDev(args[1:])
+	case "relay":
+		return runRelay(args[1:])
 	case "-h", "--help", "help":
 		fmt.Println(usage)
 		return 0

@@ -18,6 +18,7 @@ import (
 
 	"github.com/mightyetl/mightyetl/internal/config"
 	"github.com/mightyetl/mightyetl/internal/httpapi"
+	"github.com/mightyetl/mightyetl/internal/natsbridge"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -74,11 +75,25 @@ func run(args []string, getenv func(string) string) int {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv, _, err := httpapi.NewServerFromConfig(cfg, pool, authn, log, reg)
+	srv, svc, err := httpapi.NewServerFromConfig(cfg, pool, authn, log, reg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "intake: %v\n", err)
 		return 2
 	}
+	bridge, err := natsbridge.Start(ctx, natsbridge.Options{NATS: cfg.NATS, Pool: pool, Service: svc,
+		MaxRequestBytes: cfg.MaxPayloadBytes, Name: "mightyetl-intake", Registry: reg, Log: log})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "intake: %v\n", err)
+		return 1
+	}
+	if bridge == nil {
+		log.Info("NATS_URL not set; no outbox relay or request consumer (workers poll)")
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = bridge.Stop(stopCtx)
+	}()
 	if err := srv.Start(startCtx); err != nil {
 		fmt.Fprintf(os.Stderr, "intake: %v\n", err)
 		return 1

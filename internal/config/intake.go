@@ -32,6 +32,7 @@ type Intake struct {
 	DiagnosticJobsEnabled bool          // MIGHTYETL_DIAGNOSTIC_JOBS_ENABLED, default false
 	WorkerPollInterval    time.Duration // MIGHTYETL_WORKER_POLL_INTERVAL, default 1s: Retry-After hint
 	ShutdownGrace         time.Duration // MIGHTYETL_SHUTDOWN_GRACE_PERIOD, default 30s
+	NATS                  NATS          // NATS_URL and friends: outbox relay and request consumer
 }
 
 // RegisterIntake registers every intake setting on l into dst.
@@ -58,6 +59,7 @@ func RegisterIntake(l *Loader, dst *Intake) {
 	l.Bool(&dst.DiagnosticJobsEnabled, "MIGHTYETL_DIAGNOSTIC_JOBS_ENABLED", "diagnostic-jobs", false, "serve POST /api/etl/diagnostic-jobs")
 	l.Duration(&dst.WorkerPollInterval, "MIGHTYETL_WORKER_POLL_INTERVAL", "poll-interval", time.Second, 10*time.Millisecond, time.Hour, "worker poll interval (Retry-After hint)")
 	l.Duration(&dst.ShutdownGrace, "MIGHTYETL_SHUTDOWN_GRACE_PERIOD", "shutdown-grace", 30*time.Second, 0, time.Hour, "wait for in-flight requests on shutdown")
+	RegisterNATS(l, &dst.NATS)
 }
 
 // LoadIntake parses args (without the program name) and the environment
@@ -102,7 +104,7 @@ func (c Intake) Validate() error {
 	if c.PrincipalHashKey != "" && len(c.PrincipalHashKey) < MinPrincipalHashKeyBytes {
 		return fmt.Errorf("MIGHTYETL_PRINCIPAL_HASH_KEY: must be at least %d bytes", MinPrincipalHashKeyBytes)
 	}
-	return nil
+	return c.NATS.Validate()
 }
 
 // Authenticator builds the configured authenticator.

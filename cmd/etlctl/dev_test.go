@@ -1,0 +1,144 @@
+package main_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mightyetl/mightyetl/internal/pgtest"
+)
+
+func buildEtlctl(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "etlctl")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestDevRunsTheWholeSystem starts the README's run command as a built
+// binary, runs the curl line it prints exactly as printed, and waits for the
+// job to succeed and load its rows. NATS is the embedded server.
+func TestDevRunsTheWholeSystem(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Fatal("curl is needed to run the printed command")
+	}
+	pool, url := pgtest.NewDatabase(t)
+	cmd := exec.Command(buildEtlctl(t), "dev")
+	env := []string{}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "NATS_URL=") && !strings.HasPrefix(kv, "MIGHTYETL_") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = append(env, "DATABASE_URL="+url, "MIGHTYETL_HTTP_ADDR=127.0.0.1:0", "MIGHTYETL_METRICS_ADDR=127.0.0.1:0",
+		"MIGHTYETL_WORKER_POLL_INTERVAL=30s") // 30s poll: the job must arrive through the embedded NATS wake-up
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var curl string
+	deadline := time.After(90 * time.Second)
+	for curl == "" {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("dev exited before printing a curl line")
+			}
+			if strings.HasPrefix(l, "curl ") {
+				curl = l
+			}
+		case <-deadline:
+			t.Fatal("no curl line within 90s")
+		}
+	}
+	start := time.Now()
+	out, err := exec.Command("sh", "-c", curl).CombinedOutput()
+	if err != nil {
+		t.Fatalf("curl: %v\n%s", err, out)
+	}
+	if !regexp.MustCompile(`(?m)^HTTP/1\.1 202 `).Match(out) {
+		t.Fatalf("curl line did not get 202:\n%s", out)
+	}
+	body := out[strings.LastIndex(string(out), "\r\n\r\n")+4:]
+	var accepted struct{ JobRecordID string }
+	if err := json.Unmarshal(body, &accepted); err != nil || accepted.JobRecordID == "" {
+		t.Fatalf("body %q: %v", body, err)
+	}
+	var status string
+	for {
+		if err := pool.QueryRow(context.Background(), `SELECT job_status FROM etl_job_records WHERE job_record_id=$1`, accepted.JobRecordID).Scan(&status); err != nil {
+			t.Fatal(err)
+		}
+		if status == "SUCCEEDED" {
+			break
+		}
+		if time.Since(start) > 25*time.Second {
+			t.Fatalf("job still %s after 25s (the poll is 30s: the wake-up path is broken)", status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var data string
+	if err := pool.QueryRow(context.Background(), `SELECT data FROM processed_data WHERE job_record_id=$1`, accepted.JobRecordID).Scan(&data); err != nil {
+		t.Fatal(err)
+	}
+	if data != "ID:a1,NAME:JANE,EMAIL:jane@example.com,AMOUNT:999.90," {
+		t.Fatalf("loaded %q", data)
+	}
+	t.Logf("submit to SUCCEEDED via etlctl dev: %v", time.Since(start))
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		done <- err
+		if err != nil {
+			t.Fatalf("dev exited with %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("dev did not stop on SIGTERM")
+	}
+}
+
+func TestCredentialsHashPrintsALine(t *testing.T) {
+	cmd := exec.Command(buildEtlctl(t), "credentials", "hash", "alice")
+	cmd.Stdin = strings.NewReader("correct horse battery staple\n")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^alice:\$argon2id\$v=19\$m=\d+,t=\d+,p=\d+\$[A-Za-z0-9+/]+\$[A-Za-z0-9+/]+\n$`).Match(out) {
+		t.Fatalf("line %q", out)
+	}
+	if strings.Contains(string(out), "horse") {
+		t.Fatal("password echoed")
+	}
+}

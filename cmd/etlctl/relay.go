@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mightyetl/mightyetl/internal/config"
+	"github.com/mightyetl/mightyetl/internal/natsbridge"
+	"github.com/mightyetl/mightyetl/internal/pg"
+)
+
+// runRelay runs the outbox relay alone (no HTTP, no request consumer) until
+// SIGINT/SIGTERM. Any number of relays may run against one database.
+func runRelay(args []string) int {
+	var databaseURL string
+	var nc config.NATS
+	l := config.NewLoader("etlctl relay", args, os.Getenv)
+	l.String(&databaseURL, "DATABASE_URL", "database-url", config.DefaultDatabaseURL, "PostgreSQL URL", nil)
+	config.RegisterNATS(l, &nc)
+	if err := l.Parse(); err != nil {
+		fmt.Fprintf(os.Stderr, "etlctl relay: invalid configuration: %v\n", err)
+		return 2
+	}
+	if err := nc.Validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "etlctl relay: invalid configuration: %v\n", err)
+		return 2
+	}
+	if !nc.Enabled() {
+		fmt.Fprintln(os.Stderr, "etlctl relay: invalid configuration: NATS_URL: required")
+		return 2
+	}
+	nc.RequestsEnabled = false
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "relay")
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	pool, err := pg.NewPool(ctx, databaseURL, pg.PoolOptions{MaxConns: 4, ApplicationName: "mightyetl-relay"})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "etlctl relay: database %s: %v\n", pg.RedactURL(databaseURL), err)
+		return 1
+	}
+	defer pool.Close()
+	b, err := natsbridge.Start(ctx, natsbridge.Options{NATS: nc, Pool: pool, Name: "mightyetl-relay",
+		Registry: prometheus.NewRegistry(), Log: log})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "etlctl relay: %v\n", err)
+		return 1
+	}
+	log.Info("relay running")
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.Stop(stopCtx); err != nil {
+		fmt.Fprintf(os.Stderr, "etlctl relay: stop: %v\n", err)
+		return 1
+	}
+	return 0
+}
