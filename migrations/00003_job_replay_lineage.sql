@@ -31,13 +31,22 @@ ALTER TABLE etl_job_records ADD CONSTRAINT etl_job_replay_lineage_completeness_c
         AND replay_generation_count BETWEEN 1 AND 100
         AND replay_source_job_record_id <> job_record_id
         AND replay_root_job_record_id <> job_record_id
-        AND (replay_generation_count > 1 OR replay_root_job_record_id = replay_source_job_record_id)));
+        -- generation 1 points at its root directly; a later generation's
+        -- source is itself a replay, never the root.
+        AND (replay_generation_count = 1) = (replay_root_job_record_id = replay_source_job_record_id)));
 
 CREATE INDEX etl_job_replay_source_lookup_index ON etl_job_records (replay_source_job_record_id)
     WHERE replay_source_job_record_id IS NOT NULL;
 CREATE INDEX etl_job_replay_root_lookup_index ON etl_job_records (replay_root_job_record_id)
     WHERE replay_root_job_record_id IS NOT NULL;
 
+-- The guard. Evidence is everything the owner can see of a terminal run
+-- (status, codes, attempts, timestamps: the status object and its ETag) plus
+-- the identity, digest and key hashes; available_at alone is free. Race:
+-- the EXISTS runs on a fresh READ COMMITTED snapshot after the row lock, and
+-- the replay transaction holds FOR UPDATE on its source until it commits, so
+-- an UPDATE that waited on that lock sees the new reference. (An INSERT of a
+-- lineage row by hand takes only the FK's KEY SHARE lock and is not covered.)
 CREATE FUNCTION etl_job_replay_lineage_guard() RETURNS trigger LANGUAGE plpgsql AS $fn$
 BEGIN
     IF OLD.replay_source_job_record_id IS DISTINCT FROM NEW.replay_source_job_record_id
@@ -47,12 +56,14 @@ BEGIN
     END IF;
     IF OLD.job_status IN ('FAILED', 'CANCELLED')
         AND (OLD.job_status, OLD.failure_code, OLD.cancellation_code, OLD.cancellation_key_hash,
-             OLD.job_cancelled_at, OLD.request_digest, OLD.attempt_count, OLD.principal_scope_hash,
-             OLD.submission_key_hash, OLD.created_at, OLD.job_kind)
+             OLD.job_cancelled_at, OLD.request_digest, OLD.attempt_count, OLD.max_attempts,
+             OLD.principal_scope_hash, OLD.submission_key_hash, OLD.created_at, OLD.updated_at,
+             OLD.job_kind)
             IS DISTINCT FROM
             (NEW.job_status, NEW.failure_code, NEW.cancellation_code, NEW.cancellation_key_hash,
-             NEW.job_cancelled_at, NEW.request_digest, NEW.attempt_count, NEW.principal_scope_hash,
-             NEW.submission_key_hash, NEW.created_at, NEW.job_kind)
+             NEW.job_cancelled_at, NEW.request_digest, NEW.attempt_count, NEW.max_attempts,
+             NEW.principal_scope_hash, NEW.submission_key_hash, NEW.created_at, NEW.updated_at,
+             NEW.job_kind)
         AND EXISTS (SELECT 1 FROM etl_job_records r
                     WHERE r.replay_source_job_record_id = OLD.job_record_id
                        OR r.replay_root_job_record_id = OLD.job_record_id) THEN
@@ -77,6 +88,16 @@ CREATE TRIGGER etl_job_replay_lineage_guard_trigger
 
 -- +goose Down
 -- +goose StatementBegin
+-- Dropping the columns would erase lineage that the guard keeps immutable;
+-- refuse (like 00002) until replay jobs are pruned or archived.
+DO $guard$
+BEGIN
+    IF EXISTS (SELECT 1 FROM etl_job_records WHERE replay_source_job_record_id IS NOT NULL) THEN
+        RAISE EXCEPTION 'cannot roll back the replay lineage migration while replay jobs exist; prune or archive them first'
+            USING ERRCODE = 'object_in_use';
+    END IF;
+END
+$guard$;
 DROP TRIGGER IF EXISTS etl_job_replay_lineage_guard_trigger ON etl_job_records;
 DROP FUNCTION IF EXISTS etl_job_replay_lineage_guard();
 DROP INDEX IF EXISTS etl_job_replay_root_lookup_index;

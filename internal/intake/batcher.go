@@ -163,11 +163,18 @@ func (b *batcher) flush(ctx context.Context, batch []*submission) {
 	var inserted []pg.Inserted
 	var err error
 	for attempt := 0; ; attempt++ {
-		err = pg.WithTx(ctx, b.db, func(tx pgx.Tx) error {
-			var ierr error
-			inserted, ierr = pg.InsertJobs(ctx, tx, sorted)
-			return ierr
-		})
+		if db, ok := b.db.(pg.DBTX); ok {
+			// One autocommitted statement inserts every job with its outbox
+			// row (atomic on its own), saving BEGIN and COMMIT round trips;
+			// reading already-existing rows afterwards needs no transaction.
+			inserted, err = pg.InsertJobs(ctx, db, sorted)
+		} else {
+			err = pg.WithTx(ctx, b.db, func(tx pgx.Tx) error {
+				var ierr error
+				inserted, ierr = pg.InsertJobs(ctx, tx, sorted)
+				return ierr
+			})
+		}
 		if err == nil || attempt == 2 || !retryableFlush(err) {
 			break
 		}

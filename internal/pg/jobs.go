@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Job kinds.
@@ -33,6 +34,19 @@ type NewJob struct {
 	RequestDigest      string
 	Payload            string
 	MaxAttempts        int
+	// Lineage, when not nil, makes the job a replay (see ReplayJob); nil
+	// inserts a job without lineage.
+	Lineage *Lineage
+}
+
+// Lineage places a replay job in its chain: the job it replays (Source),
+// the first job of the chain (Root) and its generation (1..MaxReplayGeneration;
+// 1 means Source is Root). Lineage never changes after insert (the
+// etl_job_replay_lineage_guard trigger refuses any edit).
+type Lineage struct {
+	SourceJobID uuid.UUID
+	RootJobID   uuid.UUID
+	Generation  int
 }
 
 // Job is the owner-visible state of a job: never the payload, never a lease
@@ -46,6 +60,8 @@ type Job struct {
 	CancellationCode *string
 	CreatedAt        time.Time
 	UpdatedAt        time.Time
+	// Lineage is the replay lineage of a replay job, nil for any other job.
+	Lineage *Lineage
 	// RequestDigest is internal: it decides whether a resubmission is identical.
 	RequestDigest string
 }
@@ -62,19 +78,22 @@ type Inserted struct {
 // insertJobsSQL inserts many jobs and their job_available outbox rows in one
 // statement. ON CONFLICT DO NOTHING on (principal_scope_hash,
 // submission_key_hash) makes concurrent identical submissions converge: the
-// loser waits for the winner's commit and then inserts nothing.
+// loser waits for the winner's commit and then inserts nothing. The lineage
+// arrays hold NULL for jobs without lineage.
 const insertJobsSQL = `
 WITH ins AS (
-    INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
-                                 request_digest, request_payload, max_attempts)
-    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int[])
+    INSERT INTO etl_job_records AS j (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
+                                 request_digest, request_payload, max_attempts,
+                                 replay_source_job_record_id, replay_root_job_record_id, replay_generation_count)
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int[],
+                         $8::uuid[], $9::uuid[], $10::int[])
     ON CONFLICT (principal_scope_hash, submission_key_hash) DO NOTHING
-    RETURNING job_record_id, job_kind, job_status, attempt_count, failure_code, created_at, updated_at, request_digest
+    RETURNING ` + jobColumns + `
 ), events AS (
     INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, attempt_count)
     SELECT 'job_available', job_record_id, 'PENDING', 0 FROM ins
 )
-SELECT job_record_id, job_kind, job_status, attempt_count, failure_code, created_at, updated_at, request_digest FROM ins`
+SELECT * FROM ins`
 
 const existingJobsSQL = `
 SELECT j.principal_scope_hash, j.submission_key_hash, ` + jobColumns + `
@@ -82,16 +101,28 @@ FROM etl_job_records j
 JOIN unnest($1::text[], $2::text[]) AS k(principal_scope_hash, submission_key_hash)
   ON j.principal_scope_hash = k.principal_scope_hash AND j.submission_key_hash = k.submission_key_hash`
 
-// jobColumns are the owner-visible columns, in scanJob order.
-const jobColumns = `j.job_record_id, j.job_kind, j.job_status, j.attempt_count, j.failure_code, j.cancellation_code, j.created_at, j.updated_at, j.request_digest`
+// jobColumns are the owner-visible columns, in scanJob order, qualified by
+// the alias j.
+const jobColumns = `j.job_record_id, j.job_kind, j.job_status, j.attempt_count, j.failure_code, j.cancellation_code, ` +
+	`j.created_at, j.updated_at, j.request_digest, ` +
+	`j.replay_source_job_record_id, j.replay_root_job_record_id, j.replay_generation_count`
 
 type scanner interface{ Scan(dest ...any) error }
 
+// scanJob scans extra, then jobColumns.
 func scanJob(row scanner, extra ...any) (Job, error) {
 	var j Job
-	dest := append(extra, &j.JobID, &j.Kind, &j.Status, &j.AttemptCount, &j.FailureCode, &j.CancellationCode, &j.CreatedAt, &j.UpdatedAt, &j.RequestDigest)
-	err := row.Scan(dest...)
-	return j, err
+	var source, root *uuid.UUID
+	var generation *int32
+	dest := append(extra, &j.JobID, &j.Kind, &j.Status, &j.AttemptCount, &j.FailureCode, &j.CancellationCode,
+		&j.CreatedAt, &j.UpdatedAt, &j.RequestDigest, &source, &root, &generation)
+	if err := row.Scan(dest...); err != nil {
+		return Job{}, err
+	}
+	if source != nil && root != nil && generation != nil {
+		j.Lineage = &Lineage{SourceJobID: *source, RootJobID: *root, Generation: int(*generation)}
+	}
+	return j, nil
 }
 
 // InsertJobs inserts jobs in one statement on db (a pool or the caller's
@@ -108,21 +139,28 @@ func InsertJobs(ctx context.Context, db DBTX, jobs []NewJob) ([]Inserted, error)
 	ids, kinds := make([]uuid.UUID, n), make([]string, n)
 	scopes, keys, digests, payloads := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	attempts := make([]int32, n)
+	sources, roots := make([]pgtype.UUID, n), make([]pgtype.UUID, n)
+	generations := make([]pgtype.Int4, n)
 	for i, j := range jobs {
 		if j.JobID == uuid.Nil {
 			j.JobID = uuid.New()
 		}
 		ids[i], kinds[i], scopes[i], keys[i] = j.JobID, j.Kind, j.PrincipalScopeHash, j.SubmissionKeyHash
 		digests[i], payloads[i], attempts[i] = j.RequestDigest, j.Payload, int32(j.MaxAttempts)
+		if l := j.Lineage; l != nil {
+			sources[i] = pgtype.UUID{Bytes: l.SourceJobID, Valid: true}
+			roots[i] = pgtype.UUID{Bytes: l.RootJobID, Valid: true}
+			generations[i] = pgtype.Int4{Int32: int32(l.Generation), Valid: true}
+		}
 	}
-	rows, err := db.Query(ctx, insertJobsSQL, ids, kinds, scopes, keys, digests, payloads, attempts)
+	rows, err := db.Query(ctx, insertJobsSQL, ids, kinds, scopes, keys, digests, payloads, attempts, sources, roots, generations)
 	if err != nil {
 		return nil, fmt.Errorf("insert jobs: %w", err)
 	}
 	created := make(map[uuid.UUID]Job, n)
 	for rows.Next() {
-		var j Job
-		if err := rows.Scan(&j.JobID, &j.Kind, &j.Status, &j.AttemptCount, &j.FailureCode, &j.CreatedAt, &j.UpdatedAt, &j.RequestDigest); err != nil {
+		j, err := scanJob(rows)
+		if err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("insert jobs: scan: %w", err)
 		}

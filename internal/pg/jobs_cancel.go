@@ -76,9 +76,7 @@ WITH cancelled AS (
     SELECT 'lease_revoked', job_record_id, 'CANCELLED', attempt_count, 'etl_job_cancelled_by_owner'
     FROM cancelled WHERE previous_status = 'RUNNING'
 )
-SELECT previous_status, job_record_id, job_kind, job_status, attempt_count, failure_code,
-       cancellation_code, created_at, updated_at, request_digest
-FROM cancelled`
+SELECT * FROM cancelled`
 
 // cancelledStateSQL reads the caller's row after the conditional UPDATE
 // matched nothing, in a fresh statement (and so a fresh READ COMMITTED
