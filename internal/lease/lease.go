@@ -72,19 +72,23 @@ const (
 // LOCKED on both candidate sets, so concurrent claimers never wait on one
 // another and never take the same row; a row that a finishing or cancelling
 // transaction holds is skipped this round. Time: clock_timestamp(), the
-// database's actual time at statement execution.
+// database's actual time at statement execution. The candidate scans compare
+// with (SELECT clock_timestamp()), an init-plan evaluated once per statement,
+// so the partial indexes are range-scanned up to "now" (a volatile call in
+// the predicate itself would force a full walk of every PENDING and RUNNING
+// entry, O(backlog) instead of O(batch)).
 const claimSQL = `
 WITH expired AS (
     SELECT job_record_id, lease_expires_at AS eligible_since
     FROM etl_job_records
-    WHERE job_status = 'RUNNING' AND lease_expires_at <= clock_timestamp()
+    WHERE job_status = 'RUNNING' AND lease_expires_at <= (SELECT clock_timestamp())
     ORDER BY lease_expires_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
 ), pending AS (
     SELECT job_record_id, available_at AS eligible_since
     FROM etl_job_records
-    WHERE job_status = 'PENDING' AND available_at <= clock_timestamp()
+    WHERE job_status = 'PENDING' AND available_at <= (SELECT clock_timestamp())
     ORDER BY available_at, job_record_id
     LIMIT $1
     FOR UPDATE SKIP LOCKED

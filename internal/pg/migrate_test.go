@@ -1,0 +1,569 @@
+package pg_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/pgtest"
+	"github.com/mightyetl/mightyetl/migrations"
+)
+
+// migrationFiles lists the embedded migration files in version order; each
+// is named NNNNN_description.sql with NNNNN its version, 1, 2, 3, ...
+func migrationFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := fs.Glob(migrations.FS, "*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(files)
+	for i, f := range files {
+		v, err := strconv.ParseInt(strings.SplitN(f, "_", 2)[0], 10, 64)
+		if err != nil || v != int64(i+1) {
+			t.Fatalf("migration %s: version %d (%v), want %d: versions must be contiguous from 1", f, v, err, i+1)
+		}
+	}
+	if len(files) < 2 {
+		t.Fatalf("only %d migrations embedded", len(files))
+	}
+	return files
+}
+
+// newestMigration is the version of the newest embedded migration.
+func newestMigration(t *testing.T) int64 { return int64(len(migrationFiles(t))) }
+
+// coreRelations are the objects migration 00001 creates, by pg_class kind.
+var coreRelations = []string{
+	"etl_job_records",
+	"etl_idempotency_records",
+	"processed_data",
+	"etl_outbox_events",
+	"etl_lease_fencing_token_sequence",
+}
+
+func migVersion(t *testing.T, pool *pgxpool.Pool) (applied, expected int64) {
+	t.Helper()
+	applied, expected, err := pg.SchemaVersion(context.Background(), pool)
+	if err != nil {
+		t.Fatalf("schema version: %v", err)
+	}
+	return applied, expected
+}
+
+func migRelationExists(t *testing.T, pool *pgxpool.Pool, name string) bool {
+	t.Helper()
+	var ok bool
+	if err := pool.QueryRow(context.Background(),
+		`SELECT to_regclass('public.' || quote_ident($1)) IS NOT NULL`, name).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+func migColumnExists(t *testing.T, pool *pgxpool.Pool, table, column string) bool {
+	t.Helper()
+	var ok bool
+	if err := pool.QueryRow(context.Background(), `SELECT EXISTS (
+		SELECT 1 FROM information_schema.columns
+		WHERE table_schema = 'public' AND table_name = $1 AND column_name = $2)`, table, column).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+func migFunctionExists(t *testing.T, pool *pgxpool.Pool, name string) bool {
+	t.Helper()
+	var ok bool
+	if err := pool.QueryRow(context.Background(),
+		`SELECT EXISTS (SELECT 1 FROM pg_proc WHERE proname = $1)`, name).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+func migConstraintExists(t *testing.T, pool *pgxpool.Pool, name string) bool {
+	t.Helper()
+	var ok bool
+	if err := pool.QueryRow(context.Background(),
+		`SELECT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = $1)`, name).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+func migUp(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	if err := pg.Migrate(context.Background(), pool); err != nil {
+		t.Fatalf("migrate up: %v", err)
+	}
+}
+
+func migDown(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	if err := pg.MigrateDown(context.Background(), pool); err != nil {
+		t.Fatalf("migrate down: %v", err)
+	}
+}
+
+// migInsertRow inserts one job row with the given status shape on schema
+// version 1 or 2 (columns of 00002 only when cancelled is true).
+const (
+	migPendingRowSQL = `INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
+		request_digest, request_payload, job_status, max_attempts)
+	VALUES (gen_random_uuid(), 'diagnostic', repeat('a', 64), encode(sha256(gen_random_uuid()::text::bytea), 'hex'),
+		repeat('b', 64), '{}', 'PENDING', 3)`
+	migCancelledRowSQL = `INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
+		request_digest, request_payload, job_status, max_attempts,
+		cancellation_key_hash, cancellation_code, job_cancelled_at)
+	VALUES (gen_random_uuid(), 'diagnostic', repeat('a', 64), encode(sha256(gen_random_uuid()::text::bytea), 'hex'),
+		repeat('b', 64), NULL, 'CANCELLED', 3,
+		repeat('c', 64), 'etl_job_cancelled_by_owner', clock_timestamp())`
+)
+
+func migAssertCoreSchema(t *testing.T, pool *pgxpool.Pool, want bool) {
+	t.Helper()
+	for _, rel := range coreRelations {
+		if got := migRelationExists(t, pool, rel); got != want {
+			t.Errorf("relation %s exists = %v, want %v", rel, got, want)
+		}
+	}
+	if got := migFunctionExists(t, pool, "etl_outbox_notify_relay"); got != want {
+		t.Errorf("function etl_outbox_notify_relay exists = %v, want %v", got, want)
+	}
+}
+
+func TestMigrateUpDownUpRoundTrip(t *testing.T) {
+	pool, _ := pgtest.NewDatabase(t, pgtest.Options{Empty: true})
+	ctx := context.Background()
+	newest := newestMigration(t)
+
+	applied, expected := migVersion(t, pool)
+	if applied != 0 || expected != newest {
+		t.Fatalf("empty database: applied %d expected %d, want 0 and %d", applied, expected, newest)
+	}
+	migAssertCoreSchema(t, pool, false)
+
+	migUp(t, pool)
+	applied, expected = migVersion(t, pool)
+	if applied != expected || applied != newest {
+		t.Fatalf("after up: applied %d expected %d, want both %d", applied, expected, newest)
+	}
+	migAssertCoreSchema(t, pool, true)
+	if !migColumnExists(t, pool, "etl_job_records", "cancellation_code") {
+		t.Fatal("cancellation_code missing after up")
+	}
+
+	// Up is idempotent.
+	migUp(t, pool)
+	if applied, _ = migVersion(t, pool); applied != newest {
+		t.Fatalf("second up moved version to %d", applied)
+	}
+
+	// Step down one migration at a time, checking the version each step.
+	for v := newest; v > 0; v-- {
+		migDown(t, pool)
+		if applied, _ = migVersion(t, pool); applied != v-1 {
+			t.Fatalf("after down from %d: applied %d, want %d", v, applied, v-1)
+		}
+	}
+	migAssertCoreSchema(t, pool, false)
+	// Nothing of the product schema is left: only goose's version table.
+	var tables []string
+	rows, err := pool.Query(ctx, `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = 'public' AND c.relkind IN ('r', 'S', 'v', 'm', 'p') ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(name, "mightyetl_schema_migrations") {
+			tables = append(tables, name)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(tables) != 0 {
+		t.Fatalf("relations left after migrating down to 0: %v", tables)
+	}
+
+	// Below version 0 there is nothing to roll back.
+	if err := pg.MigrateDown(ctx, pool); err == nil {
+		t.Fatal("migrate down at version 0 succeeded")
+	}
+
+	// And up again from scratch.
+	migUp(t, pool)
+	applied, expected = migVersion(t, pool)
+	if applied != expected || applied != newest {
+		t.Fatalf("after re-up: applied %d expected %d", applied, expected)
+	}
+	migAssertCoreSchema(t, pool, true)
+	if _, err := pool.Exec(ctx, migCancelledRowSQL); err != nil {
+		t.Fatalf("insert CANCELLED row after re-up: %v", err)
+	}
+}
+
+func TestMigrateToVersion(t *testing.T) {
+	pool, _ := pgtest.NewDatabase(t, pgtest.Options{Empty: true})
+	ctx := context.Background()
+	if err := pg.MigrateTo(ctx, pool, 1); err != nil {
+		t.Fatal(err)
+	}
+	if applied, _ := migVersion(t, pool); applied != 1 {
+		t.Fatalf("applied %d, want 1", applied)
+	}
+	if migColumnExists(t, pool, "etl_job_records", "cancellation_code") {
+		t.Fatal("cancellation_code exists at version 1")
+	}
+	newest := newestMigration(t)
+	if err := pg.MigrateTo(ctx, pool, newest); err != nil {
+		t.Fatal(err)
+	}
+	if applied, _ := migVersion(t, pool); applied != newest {
+		t.Fatalf("applied %d, want %d", applied, newest)
+	}
+	if err := pg.MigrateTo(ctx, pool, 0); err != nil {
+		t.Fatal(err)
+	}
+	if applied, _ := migVersion(t, pool); applied != 0 {
+		t.Fatalf("applied %d, want 0", applied)
+	}
+	migAssertCoreSchema(t, pool, false)
+}
+
+// Migration 00001 down removes every object it created, even with rows in them.
+func TestMigration00001DownReverts(t *testing.T) {
+	pool, _ := pgtest.NewDatabase(t, pgtest.Options{Empty: true})
+	ctx := context.Background()
+	if err := pg.MigrateTo(ctx, pool, 1); err != nil {
+		t.Fatal(err)
+	}
+	migAssertCoreSchema(t, pool, true)
+	if _, err := pool.Exec(ctx, migPendingRowSQL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO etl_outbox_events (event_kind) VALUES ('job_available')`); err != nil {
+		t.Fatal(err)
+	}
+	migDown(t, pool)
+	if applied, _ := migVersion(t, pool); applied != 0 {
+		t.Fatalf("applied %d, want 0", applied)
+	}
+	migAssertCoreSchema(t, pool, false)
+	var triggers int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_trigger WHERE tgname = 'etl_outbox_notify_relay_trigger'`).Scan(&triggers); err != nil {
+		t.Fatal(err)
+	}
+	if triggers != 0 {
+		t.Fatal("outbox trigger survived the down migration")
+	}
+}
+
+// Migration 00002 down removes the cancellation columns and constraints and
+// restores the four-state status check.
+func TestMigration00002DownReverts(t *testing.T) {
+	pool, _ := pgtest.NewDatabase(t, pgtest.Options{Empty: true})
+	ctx := context.Background()
+	migUp(t, pool)
+	// Non-cancelled rows survive the down migration.
+	if _, err := pool.Exec(ctx, migPendingRowSQL); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.MigrateTo(ctx, pool, 1); err != nil {
+		t.Fatalf("down to 1: %v", err)
+	}
+	if applied, _ := migVersion(t, pool); applied != 1 {
+		t.Fatalf("applied %d, want 1", applied)
+	}
+	for _, col := range []string{"cancellation_key_hash", "cancellation_code", "job_cancelled_at"} {
+		if migColumnExists(t, pool, "etl_job_records", col) {
+			t.Errorf("column %s survived the down migration", col)
+		}
+	}
+	for _, c := range []string{"etl_job_cancellation_key_hash_format_check", "etl_job_cancellation_code_check", "etl_job_cancellation_lifecycle_check"} {
+		if migConstraintExists(t, pool, c) {
+			t.Errorf("constraint %s survived the down migration", c)
+		}
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM etl_job_records WHERE job_status = 'PENDING'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("PENDING rows after down: %d, want 1", n)
+	}
+	// The status check rejects CANCELLED again (a row otherwise terminal-shaped).
+	_, err := pool.Exec(ctx, `INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
+		request_digest, request_payload, job_status, max_attempts)
+	VALUES (gen_random_uuid(), 'diagnostic', repeat('a', 64), repeat('d', 64), repeat('b', 64), NULL, 'CANCELLED', 3)`)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23514" || pgErr.ConstraintName != "etl_job_status_check" {
+		t.Fatalf("CANCELLED insert at version 1: %v, want 23514 etl_job_status_check", err)
+	}
+	// Up again restores it.
+	migUp(t, pool)
+	if _, err := pool.Exec(ctx, migCancelledRowSQL); err != nil {
+		t.Fatalf("insert CANCELLED after re-up: %v", err)
+	}
+}
+
+// Migration 00003 down removes the replay lineage columns, keys, indexes
+// and guard trigger, keeping the rows.
+func TestMigration00003DownReverts(t *testing.T) {
+	if newestMigration(t) < 3 {
+		t.Skip("no migration 00003")
+	}
+	pool, _ := pgtest.NewDatabase(t, pgtest.Options{Empty: true})
+	ctx := context.Background()
+	if err := pg.MigrateTo(ctx, pool, 3); err != nil {
+		t.Fatal(err)
+	}
+	cols := []string{"replay_source_job_record_id", "replay_root_job_record_id", "replay_generation_count"}
+	constraints := []string{"etl_job_owner_scoped_identity_unique", "etl_job_replay_source_owner_fk",
+		"etl_job_replay_root_owner_fk", "etl_job_replay_lineage_completeness_check"}
+	indexes := []string{"etl_job_replay_source_lookup_index", "etl_job_replay_root_lookup_index"}
+	present := func(want bool) {
+		t.Helper()
+		for _, c := range cols {
+			if migColumnExists(t, pool, "etl_job_records", c) != want {
+				t.Errorf("column %s exists = %v, want %v", c, !want, want)
+			}
+		}
+		for _, c := range constraints {
+			if migConstraintExists(t, pool, c) != want {
+				t.Errorf("constraint %s exists = %v, want %v", c, !want, want)
+			}
+		}
+		for _, i := range indexes {
+			if migRelationExists(t, pool, i) != want {
+				t.Errorf("index %s exists = %v, want %v", i, !want, want)
+			}
+		}
+		if migFunctionExists(t, pool, "etl_job_replay_lineage_guard") != want {
+			t.Errorf("function etl_job_replay_lineage_guard exists = %v, want %v", !want, want)
+		}
+	}
+	present(true)
+	if _, err := pool.Exec(ctx, migPendingRowSQL); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.MigrateTo(ctx, pool, 2); err != nil {
+		t.Fatalf("down to 2: %v", err)
+	}
+	if applied, _ := migVersion(t, pool); applied != 2 {
+		t.Fatalf("applied %d, want 2", applied)
+	}
+	present(false)
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM etl_job_records`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("rows after down: %d, want 1", n)
+	}
+	if err := pg.MigrateTo(ctx, pool, 3); err != nil {
+		t.Fatalf("up to 3 again: %v", err)
+	}
+	present(true)
+}
+
+// The 00002 down migration refuses while a CANCELLED row exists (it could
+// not be represented at version 1) and leaves the schema at version 2.
+func TestMigration00002DownRefusesWithCancelledRows(t *testing.T) {
+	pool, _ := pgtest.NewDatabase(t, pgtest.Options{Empty: true})
+	ctx := context.Background()
+	migUp(t, pool)
+	if _, err := pool.Exec(ctx, migCancelledRowSQL); err != nil {
+		t.Fatalf("insert valid CANCELLED row: %v", err)
+	}
+	// Newer migrations roll back; 00002 refuses.
+	err := pg.MigrateTo(ctx, pool, 1)
+	if err == nil {
+		t.Fatal("down migration of 00002 succeeded with a CANCELLED row present")
+	}
+	if !strings.Contains(err.Error(), "CANCELLED jobs exist") {
+		t.Errorf("error does not say why: %v", err)
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55006" {
+		t.Errorf("error %v is not a wrapped object_in_use (55006)", err)
+	}
+	if applied, _ := migVersion(t, pool); applied != 2 {
+		t.Fatalf("applied %d after refused down, want 2", applied)
+	}
+	for _, col := range []string{"cancellation_key_hash", "cancellation_code", "job_cancelled_at"} {
+		if !migColumnExists(t, pool, "etl_job_records", col) {
+			t.Errorf("column %s dropped by a refused down migration", col)
+		}
+	}
+	if !migConstraintExists(t, pool, "etl_job_cancellation_lifecycle_check") {
+		t.Error("cancellation lifecycle check dropped by a refused down migration")
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM etl_job_records WHERE job_status = 'CANCELLED'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("CANCELLED rows %d, want 1", n)
+	}
+	// Once the row is gone the down migration proceeds.
+	if _, err := pool.Exec(ctx, `DELETE FROM etl_job_records WHERE job_status = 'CANCELLED'`); err != nil {
+		t.Fatal(err)
+	}
+	migDown(t, pool)
+	if applied, _ := migVersion(t, pool); applied != 1 {
+		t.Fatalf("applied %d, want 1", applied)
+	}
+}
+
+func TestMigrationStatusListsEveryMigration(t *testing.T) {
+	pool, _ := pgtest.NewDatabase(t, pgtest.Options{Empty: true})
+	ctx := context.Background()
+	files := migrationFiles(t)
+	if files[0] != "00001_durable_job_core.sql" || files[1] != "00002_durable_job_cancellation.sql" {
+		t.Fatalf("unexpected first migrations: %v", files[:2])
+	}
+
+	status := func() map[string]string {
+		t.Helper()
+		var buf bytes.Buffer
+		if err := pg.MigrationStatus(ctx, pool, &buf); err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimRight(buf.String(), "\n"), "\n")
+		if len(lines) != len(files) {
+			t.Fatalf("status has %d lines, want %d:\n%s", len(lines), len(files), buf.String())
+		}
+		out := map[string]string{}
+		for _, l := range lines {
+			f := strings.Fields(l)
+			if len(f) < 3 {
+				t.Fatalf("status line %q malformed", l)
+			}
+			out[f[1]] = f[0] + " " + f[2]
+		}
+		return out
+	}
+	check := func(appliedUpTo int) {
+		t.Helper()
+		st := status()
+		for i, f := range files {
+			want := fmt.Sprintf("%05d pending", i+1)
+			if i < appliedUpTo {
+				want = fmt.Sprintf("%05d applied", i+1)
+			}
+			if st[f] != want {
+				t.Errorf("at version %d: %s is %q, want %q", appliedUpTo, f, st[f], want)
+			}
+		}
+	}
+
+	check(0)
+	if err := pg.MigrateTo(ctx, pool, 1); err != nil {
+		t.Fatal(err)
+	}
+	check(1)
+	migUp(t, pool)
+	check(len(files))
+}
+
+func TestEnsureDatabaseCreatesMissingDatabaseOnce(t *testing.T) {
+	server := pgtest.ServerURL(t)
+	ctx := context.Background()
+	name := "mightyetl_ensure_" + strings.ReplaceAll(uuid.NewString(), "-", "")
+	t.Cleanup(func() { pgtest.DropDatabase(t, name) })
+	u, err := url.Parse(server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	target := u.String()
+
+	admin, err := pgx.Connect(ctx, server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	exists := func() bool {
+		t.Helper()
+		var ok bool
+		if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if exists() {
+		t.Fatalf("database %s exists before the test", name)
+	}
+
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	if err := pg.EnsureDatabase(ctx, target, log); err != nil {
+		t.Fatalf("ensure missing database: %v", err)
+	}
+	if !exists() {
+		t.Fatal("EnsureDatabase did not create the database")
+	}
+	if !strings.Contains(logs.String(), "created database") {
+		t.Errorf("creation not logged: %q", logs.String())
+	}
+	if strings.Contains(logs.String(), name) {
+		t.Errorf("log names the database: %q", logs.String())
+	}
+	var oid uint32
+	if err := admin.QueryRow(ctx, `SELECT oid FROM pg_database WHERE datname = $1`, name).Scan(&oid); err != nil {
+		t.Fatal(err)
+	}
+
+	// Second call: a no-op (same database, nothing logged).
+	logs.Reset()
+	if err := pg.EnsureDatabase(ctx, target, log); err != nil {
+		t.Fatalf("ensure existing database: %v", err)
+	}
+	var oid2 uint32
+	if err := admin.QueryRow(ctx, `SELECT oid FROM pg_database WHERE datname = $1`, name).Scan(&oid2); err != nil {
+		t.Fatal(err)
+	}
+	if oid2 != oid {
+		t.Fatal("EnsureDatabase recreated an existing database")
+	}
+	if logs.Len() != 0 {
+		t.Errorf("no-op call logged: %q", logs.String())
+	}
+
+	// The created database is usable: it can be migrated.
+	pool := pgtest.NewPool(t, target, 2)
+	migUp(t, pool)
+	if applied, expected := migVersion(t, pool); applied != expected {
+		t.Fatalf("applied %d expected %d", applied, expected)
+	}
+	pool.Close()
+}
+
+func TestEnsureDatabaseLeavesMaintenanceDatabaseAlone(t *testing.T) {
+	if err := pg.EnsureDatabase(context.Background(), pgtest.ServerURL(t), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.EnsureDatabase(context.Background(), "postgres://%zz", nil); err == nil {
+		t.Fatal("unparseable URL accepted")
+	}
+}
