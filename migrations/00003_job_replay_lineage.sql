@@ -28,6 +28,8 @@ ALTER TABLE etl_job_records ADD CONSTRAINT etl_job_replay_lineage_completeness_c
     (replay_source_job_record_id IS NULL AND replay_root_job_record_id IS NULL AND replay_generation_count IS NULL)
     OR
     (replay_source_job_record_id IS NOT NULL AND replay_root_job_record_id IS NOT NULL
+        -- explicit: BETWEEN on NULL is NULL, which a CHECK lets through
+        AND replay_generation_count IS NOT NULL
         AND replay_generation_count BETWEEN 1 AND 100
         AND replay_source_job_record_id <> job_record_id
         AND replay_root_job_record_id <> job_record_id

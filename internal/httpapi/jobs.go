@@ -286,6 +286,42 @@ func (a *api) cancel(w http.ResponseWriter, r *http.Request, principal string) {
 	a.writeJob(w, http.StatusOK, intake.NewJobView(res.Job))
 }
 
+// replay serves POST /api/etl/jobs/{id}/replays: id (404), then key (400),
+// then size (413), then the use case. The body is not parsed: it must be
+// the byte-identical original payload, which the use case checks against the
+// source's digest. 202 with Location and Idempotency-Replayed, shaped like
+// submit, for new and replayed replays alike.
+func (a *api) replay(w http.ResponseWriter, r *http.Request, principal string) {
+	id, ok := parseJobID(r.PathValue("id"))
+	if !ok {
+		writeProblem(w, r, intake.CodeJobNotFound)
+		return
+	}
+	key, _, ok := parseIdempotencyKey(r.Header)
+	if !ok {
+		writeProblem(w, r, intake.CodeReplayKeyRequired)
+		return
+	}
+	body, ok := a.readBody(w, r)
+	if !ok {
+		return
+	}
+	res, err := a.opts.Service.Replay(r.Context(), intake.ReplayRequest{
+		Principal: principal, IdempotencyKey: key, JobID: id, Body: body,
+	})
+	if err != nil {
+		writeProblem(w, r, intake.CodeOf(err))
+		return
+	}
+	loc := jobsPath + "/" + res.Job.JobID.String()
+	h := w.Header()
+	h.Set("Location", loc)
+	h.Set("Idempotency-Replayed", replayedHeader(res.Replayed))
+	writeJSON(w, http.StatusAccepted, submitResponse{
+		JobRecordID: res.Job.JobID.String(), JobStatus: res.Job.Status, StatusURL: loc,
+	})
+}
+
 // process serves POST /api/etl/process: 200 text/plain "Processed: <id>"
 // lines; with an Idempotency-Key, the ledger replays or rejects reuse.
 func (a *api) process(w http.ResponseWriter, r *http.Request, principal string) {

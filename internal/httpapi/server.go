@@ -112,6 +112,8 @@ func NewHandler(opts Options) (http.Handler, error) {
 	allow("/api/etl/jobs/{id}", "GET, HEAD")
 	route("POST /api/etl/jobs/{id}/cancellation", a.cancel)
 	allow("/api/etl/jobs/{id}/cancellation", "POST")
+	route("POST /api/etl/jobs/{id}/replays", a.replay)
+	allow("/api/etl/jobs/{id}/replays", "POST")
 	route("POST /api/etl/process", a.process)
 	allow("/api/etl/process", "POST")
 	if opts.DiagnosticJobsEnabled {

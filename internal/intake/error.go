@@ -12,23 +12,29 @@ import (
 // Stable error codes of the use cases. They are the errorCode values of the
 // HTTP contract; transports map each to their own representation.
 const (
-	CodeInvalidJSON             = etl.CodeInvalidJSON   // body absent, malformed, duplicate members, not an array
-	CodeInvalidRecord           = etl.CodeInvalidRecord // a record, id, field name or AMOUNT is invalid
-	CodeBatchTooLarge           = etl.CodeBatchTooLarge // more records than MIGHTYETL_MAX_BATCH_RECORDS
-	CodeInvalidIdempotencyKey   = "etl_invalid_idempotency_key"
-	CodePrincipalRequired       = "etl_idempotency_principal_required"
-	CodeSubmissionKeyReused     = "etl_job_submission_key_reused"
-	CodeIdempotencyKeyReused    = "etl_idempotency_key_reused"
-	CodeJobNotFound             = "etl_job_not_found"
-	CodeCancellationKeyRequired = "etl_job_cancellation_key_required"
-	CodeCancellationKeyReused   = "etl_job_cancellation_key_reused"
-	CodeAlreadySucceeded        = "etl_job_already_succeeded"
-	CodeAlreadyFailed           = "etl_job_already_failed"
-	CodeInvalidPageLimit        = "etl_invalid_job_page_limit"
-	CodeInvalidPageCursor       = "etl_invalid_job_page_cursor"
-	CodeInvalidStatusFilter     = "etl_invalid_job_status_filter"
-	CodeTargetUnavailable       = "etl_target_unavailable"
-	CodeInternalError           = "etl_internal_error"
+	CodeInvalidJSON               = etl.CodeInvalidJSON   // body absent, malformed, duplicate members, not an array
+	CodeInvalidRecord             = etl.CodeInvalidRecord // a record, id, field name or AMOUNT is invalid
+	CodeBatchTooLarge             = etl.CodeBatchTooLarge // more records than MIGHTYETL_MAX_BATCH_RECORDS
+	CodeInvalidIdempotencyKey     = "etl_invalid_idempotency_key"
+	CodePrincipalRequired         = "etl_idempotency_principal_required"
+	CodeSubmissionKeyReused       = "etl_job_submission_key_reused"
+	CodeIdempotencyKeyReused      = "etl_idempotency_key_reused"
+	CodeJobNotFound               = "etl_job_not_found"
+	CodeCancellationKeyRequired   = "etl_job_cancellation_key_required"
+	CodeCancellationKeyReused     = "etl_job_cancellation_key_reused"
+	CodeAlreadySucceeded          = "etl_job_already_succeeded"
+	CodeAlreadyFailed             = "etl_job_already_failed"
+	CodeInvalidPageLimit          = "etl_invalid_job_page_limit"
+	CodeInvalidPageCursor         = "etl_invalid_job_page_cursor"
+	CodeInvalidStatusFilter       = "etl_invalid_job_status_filter"
+	CodeReplayKeyRequired         = "etl_job_replay_key_required"
+	CodeReplayKeyReused           = "etl_job_replay_key_reused"
+	CodeReplayPayloadMismatch     = "etl_job_replay_payload_mismatch"
+	CodeReplaySourceActive        = "etl_job_replay_source_active"
+	CodeReplaySourceSucceeded     = "etl_job_replay_source_succeeded"
+	CodeReplayGenerationExhausted = "etl_job_replay_generation_exhausted"
+	CodeTargetUnavailable         = "etl_target_unavailable"
+	CodeInternalError             = "etl_internal_error"
 )
 
 // Error is a use-case rejection with a stable Code (one of the Code*
@@ -58,20 +64,26 @@ func codeError(code string) *Error { return &Error{Code: code, Index: -1} }
 
 // Sentinels for errors.Is.
 var (
-	ErrInvalidIdempotencyKey   = codeError(CodeInvalidIdempotencyKey)
-	ErrPrincipalRequired       = codeError(CodePrincipalRequired)
-	ErrSubmissionKeyReused     = codeError(CodeSubmissionKeyReused)
-	ErrIdempotencyKeyReused    = codeError(CodeIdempotencyKeyReused)
-	ErrJobNotFound             = codeError(CodeJobNotFound)
-	ErrCancellationKeyRequired = codeError(CodeCancellationKeyRequired)
-	ErrCancellationKeyReused   = codeError(CodeCancellationKeyReused)
-	ErrAlreadySucceeded        = codeError(CodeAlreadySucceeded)
-	ErrAlreadyFailed           = codeError(CodeAlreadyFailed)
-	ErrInvalidPageLimit        = codeError(CodeInvalidPageLimit)
-	ErrInvalidPageCursor       = codeError(CodeInvalidPageCursor)
-	ErrInvalidStatusFilter     = codeError(CodeInvalidStatusFilter)
-	ErrTargetUnavailable       = codeError(CodeTargetUnavailable)
-	ErrInternal                = codeError(CodeInternalError)
+	ErrInvalidIdempotencyKey     = codeError(CodeInvalidIdempotencyKey)
+	ErrPrincipalRequired         = codeError(CodePrincipalRequired)
+	ErrSubmissionKeyReused       = codeError(CodeSubmissionKeyReused)
+	ErrIdempotencyKeyReused      = codeError(CodeIdempotencyKeyReused)
+	ErrJobNotFound               = codeError(CodeJobNotFound)
+	ErrCancellationKeyRequired   = codeError(CodeCancellationKeyRequired)
+	ErrCancellationKeyReused     = codeError(CodeCancellationKeyReused)
+	ErrAlreadySucceeded          = codeError(CodeAlreadySucceeded)
+	ErrAlreadyFailed             = codeError(CodeAlreadyFailed)
+	ErrInvalidPageLimit          = codeError(CodeInvalidPageLimit)
+	ErrInvalidPageCursor         = codeError(CodeInvalidPageCursor)
+	ErrInvalidStatusFilter       = codeError(CodeInvalidStatusFilter)
+	ErrReplayKeyRequired         = codeError(CodeReplayKeyRequired)
+	ErrReplayKeyReused           = codeError(CodeReplayKeyReused)
+	ErrReplayPayloadMismatch     = codeError(CodeReplayPayloadMismatch)
+	ErrReplaySourceActive        = codeError(CodeReplaySourceActive)
+	ErrReplaySourceSucceeded     = codeError(CodeReplaySourceSucceeded)
+	ErrReplayGenerationExhausted = codeError(CodeReplayGenerationExhausted)
+	ErrTargetUnavailable         = codeError(CodeTargetUnavailable)
+	ErrInternal                  = codeError(CodeInternalError)
 )
 
 // fromETL converts an etl rejection to an *Error with the same code.

@@ -49,6 +49,14 @@ func CancellationKeyHash(scope, jobID, key string) string {
 	return sha256Hex("mightyetl:durable-job-cancellation:v1:", scope, ":", jobID, ":", key)
 }
 
+// ReplayKeyHash is the submission_key_hash of a replay job: hex
+// sha256("mightyetl:durable-job-replay:v1:" + scope + ":" + key). It is
+// principal-scoped and domain-separated from submission keys, so a replay key
+// never collides with a submission key of the same value.
+func ReplayKeyHash(scope, key string) string {
+	return sha256Hex("mightyetl:durable-job-replay:v1:", scope, ":", key)
+}
+
 // SyncProcessKeyHash is the ledger idempotency_key_hash of the synchronous
 // path: hex sha256("mightyetl:sync-process:v1:" + scope + ":" + key).
 func SyncProcessKeyHash(scope, key string) string {

@@ -19,18 +19,23 @@ func FormatTime(t time.Time) string { return t.UTC().Format(TimeLayout) }
 
 // JobView is the owner-visible representation of a job, the status object of
 // the contract. It never holds a payload, principal, key, hash or lease id.
+// The three replay fields are set only for a replay job (zero otherwise, and
+// then omitted from JSON); JobView stays comparable with ==.
 type JobView struct {
-	JobRecordID  string  `json:"jobRecordId"`
-	JobStatus    string  `json:"jobStatus"`
-	AttemptCount int     `json:"attemptCount"`
-	FailureCode  *string `json:"failureCode,omitempty"`
-	CreatedAt    string  `json:"createdAt"`
-	UpdatedAt    string  `json:"updatedAt"`
+	JobRecordID             string  `json:"jobRecordId"`
+	JobStatus               string  `json:"jobStatus"`
+	AttemptCount            int     `json:"attemptCount"`
+	FailureCode             *string `json:"failureCode,omitempty"`
+	CreatedAt               string  `json:"createdAt"`
+	UpdatedAt               string  `json:"updatedAt"`
+	ReplaySourceJobRecordID string  `json:"replaySourceJobRecordId,omitempty"`
+	ReplayRootJobRecordID   string  `json:"replayRootJobRecordId,omitempty"`
+	ReplayGenerationCount   int     `json:"replayGenerationCount,omitempty"`
 }
 
 // NewJobView builds the representation of j.
 func NewJobView(j pg.Job) JobView {
-	return JobView{
+	v := JobView{
 		JobRecordID:  j.JobID.String(),
 		JobStatus:    j.Status,
 		AttemptCount: j.AttemptCount,
@@ -38,6 +43,12 @@ func NewJobView(j pg.Job) JobView {
 		CreatedAt:    FormatTime(j.CreatedAt),
 		UpdatedAt:    FormatTime(j.UpdatedAt),
 	}
+	if l := j.Lineage; l != nil {
+		v.ReplaySourceJobRecordID = l.SourceJobID.String()
+		v.ReplayRootJobRecordID = l.RootJobID.String()
+		v.ReplayGenerationCount = l.Generation
+	}
+	return v
 }
 
 // Active reports whether the job may still change by itself (PENDING or
@@ -47,15 +58,20 @@ func (v JobView) Active() bool {
 }
 
 // ETag is the weak entity tag W/"<sha256 hex>" over the canonical string of
-// the six fields in order (jobRecordId, jobStatus, attemptCount, failureCode,
-// createdAt, updatedAt), each "N;" when null and "V<len>:<value>" otherwise,
-// len being the value's character count. Every replica computes the same tag
-// for the same state.
+// the contract's six fields in order (jobRecordId, jobStatus, attemptCount,
+// failureCode, createdAt, updatedAt), each "N;" when null and
+// "V<len>:<value>" otherwise, len being the value's character count. A
+// replay job appends its three lineage fields in the same encoding
+// (replaySourceJobRecordId, replayRootJobRecordId, replayGenerationCount);
+// a job without lineage appends nothing, so its tag is exactly the
+// contract's. Lineage never changes after insert, so the two forms never
+// describe the same job. Every replica computes the same tag for the same
+// state.
 func (v JobView) ETag() string {
 	var b strings.Builder
 	field := func(s string) {
 		b.WriteByte('V')
-		b.WriteString(strconv.Itoa(len(s))) // all six values are ASCII
+		b.WriteString(strconv.Itoa(len(s))) // every value is ASCII
 		b.WriteByte(':')
 		b.WriteString(s)
 	}
@@ -69,6 +85,11 @@ func (v JobView) ETag() string {
 	}
 	field(v.CreatedAt)
 	field(v.UpdatedAt)
+	if v.ReplayGenerationCount != 0 {
+		field(v.ReplaySourceJobRecordID)
+		field(v.ReplayRootJobRecordID)
+		field(strconv.Itoa(v.ReplayGenerationCount))
+	}
 	sum := sha256.Sum256([]byte(b.String()))
 	return `W/"` + hex.EncodeToString(sum[:]) + `"`
 }

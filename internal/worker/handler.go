@@ -4,12 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/mightyetl/mightyetl/internal/etl"
+	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/pg"
 )
@@ -63,41 +62,9 @@ func ETLHandler(maxRecords int) Handler {
 	}
 }
 
-// DiagnosticSpec is the payload of a diagnostic job.
-type DiagnosticSpec struct {
-	DurationMillis int64           `json:"durationMillis"`
-	Records        json.RawMessage `json:"records"`
-	FailWith       *string         `json:"failWith"`
-}
-
-// Diagnostic failure modes.
-const (
-	FailWithTransient = "transient"
-	FailWithPermanent = "permanent"
-	// CodeDiagnosticFailure is the code of a diagnostic job asked to fail permanently.
-	CodeDiagnosticFailure = "etl_diagnostic_requested_failure"
-	// MaxDiagnosticDuration bounds durationMillis.
-	MaxDiagnosticDuration = 24 * time.Hour
-)
-
-// ParseDiagnostic decodes and bounds a diagnostic payload. Records default to
-// an empty batch.
-func ParseDiagnostic(payload []byte) (DiagnosticSpec, error) {
-	var s DiagnosticSpec
-	if err := json.Unmarshal(payload, &s); err != nil {
-		return s, fmt.Errorf("diagnostic payload: %w", err)
-	}
-	if s.DurationMillis < 0 || time.Duration(s.DurationMillis)*time.Millisecond > MaxDiagnosticDuration {
-		return s, errors.New("diagnostic payload: durationMillis out of range")
-	}
-	if s.FailWith != nil && *s.FailWith != FailWithTransient && *s.FailWith != FailWithPermanent {
-		return s, errors.New("diagnostic payload: failWith must be null, transient or permanent")
-	}
-	if len(s.Records) == 0 || string(s.Records) == "null" {
-		s.Records = json.RawMessage("[]")
-	}
-	return s, nil
-}
+// CodeDiagnosticFailure is the failure code of a diagnostic job asked to
+// fail permanently.
+const CodeDiagnosticFailure = "etl_diagnostic_requested_failure"
 
 // DiagnosticHandler waits durationMillis while honouring its context, then
 // loads its records like an ETL job or fails as asked. Canary probes,
@@ -107,11 +74,17 @@ func DiagnosticHandler(maxRecords int) Handler {
 		if err := verifyDigest(c); err != nil {
 			return Output{}, err
 		}
-		spec, err := ParseDiagnostic([]byte(c.Payload))
+		// The same parser the intake validated the payload with.
+		spec, err := intake.ParseDiagnostic([]byte(c.Payload), maxRecords)
 		if err != nil {
-			return Output{}, Permanent(etl.CodeInvalidRecord, err)
+			code := etl.CodeInvalidRecord
+			var ie *intake.Error
+			if errors.As(err, &ie) {
+				code = ie.Code
+			}
+			return Output{}, Permanent(code, err)
 		}
-		if d := time.Duration(spec.DurationMillis) * time.Millisecond; d > 0 {
+		if d := spec.Duration; d > 0 {
 			t := time.NewTimer(d)
 			select {
 			case <-t.C:
@@ -120,13 +93,11 @@ func DiagnosticHandler(maxRecords int) Handler {
 				return Output{}, context.Cause(ctx)
 			}
 		}
-		if spec.FailWith != nil {
-			switch *spec.FailWith {
-			case FailWithTransient:
-				return Output{}, Transient(errors.New("diagnostic transient failure"))
-			case FailWithPermanent:
-				return Output{}, Permanent(CodeDiagnosticFailure, errors.New("diagnostic permanent failure"))
-			}
+		switch spec.FailWith {
+		case intake.FailWithTransient:
+			return Output{}, Transient(errors.New("diagnostic transient failure"))
+		case intake.FailWithPermanent:
+			return Output{}, Permanent(CodeDiagnosticFailure, errors.New("diagnostic permanent failure"))
 		}
 		return transform(c, spec.Records, maxRecords)
 	}
