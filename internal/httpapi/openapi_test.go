@@ -53,6 +53,12 @@ func TestOpenAPIContract(t *testing.T) {
 	s, _ := e.submit("alice", "key-openapi-00000001", sampleBody)
 	done := finishJob(t, e, "alice", "key-openapi-00000002", pg.StatusFailed)
 	e.submit("alice", "key-openapi-00000003", sampleBody)
+	var replayed submitted
+	if res := e.do(req{Method: "POST", Path: "/api/etl/jobs/" + done + "/replays", Principal: "alice", Key: "replay-openapi-0001", Body: sampleBody}); res.Status != 202 {
+		t.Fatalf("replay: %d %s", res.Status, res.Body)
+	} else {
+		res.json(t, &replayed)
+	}
 	var page listResponse
 	e.do(req{Method: "GET", Path: "/api/etl/jobs?limit=1", Principal: "alice"}).json(t, &page)
 	etag := e.do(req{Method: "GET", Path: "/api/etl/jobs/" + s.JobRecordID, Principal: "alice"}).Header.Get("ETag")
@@ -73,6 +79,13 @@ func TestOpenAPIContract(t *testing.T) {
 		{Method: "GET", Path: "/api/etl/jobs/" + done, Principal: "alice"},
 		{Method: "GET", Path: "/api/etl/jobs/" + s.JobRecordID, Principal: "alice", Header: map[string]string{"If-None-Match": etag}},
 		{Method: "GET", Path: "/api/etl/jobs/" + s.JobRecordID, Principal: "bob"},
+		{Method: "GET", Path: "/api/etl/jobs/" + replayed.JobRecordID, Principal: "alice"},
+		{Method: "POST", Path: "/api/etl/jobs/" + done + "/replays", Principal: "alice", Key: "replay-openapi-0002", Body: sampleBody},
+		{Method: "POST", Path: "/api/etl/jobs/" + done + "/replays", Principal: "alice", Key: "replay-openapi-0002", Body: sampleBody},
+		{Method: "POST", Path: "/api/etl/jobs/" + done + "/replays", Principal: "alice", Key: "replay-openapi-0003", Body: "[]"},
+		{Method: "POST", Path: "/api/etl/jobs/" + done + "/replays", Principal: "alice", Body: sampleBody},
+		{Method: "POST", Path: "/api/etl/jobs/" + done + "/replays", Principal: "bob", Key: "replay-openapi-0003", Body: sampleBody},
+		{Method: "POST", Path: "/api/etl/jobs/" + s.JobRecordID + "/replays", Principal: "alice", Key: "replay-openapi-0003", Body: sampleBody},
 		{Method: "POST", Path: "/api/etl/jobs/" + s.JobRecordID + "/cancellation", Principal: "alice", Key: "cancel-openapi-00001"},
 		{Method: "POST", Path: "/api/etl/jobs/" + s.JobRecordID + "/cancellation", Principal: "alice", Key: "cancel-openapi-00001"},
 		{Method: "POST", Path: "/api/etl/jobs/" + s.JobRecordID + "/cancellation", Principal: "alice", Key: "cancel-openapi-00002"},

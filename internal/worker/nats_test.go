@@ -165,3 +165,47 @@ func cancelToStop(t *testing.T, h *harness) float64 {
 	t.Fatal("cancel-to-stop histogram missing")
 	return 0
 }
+
+// With NATS stopped mid-run jobs still complete through polling; once NATS is
+// back, wake-ups resume without restarting any process.
+func TestNATSOutageFallsBackToPollingAndRecovers(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	srv := natstest.StartServer(t)
+	prefix := natstest.Prefix(t)
+	connect := func(name string) *nats.Conn {
+		nc, err := events.Connect(context.Background(), events.Options{URL: srv.URL(), Name: name, ReconnectWait: 50 * time.Millisecond}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	relayConn, workerConn := connect("relay"), connect("worker")
+	startRelay(t, pool, relayConn, prefix)
+	cfg := fastConfig()
+	cfg.PollInterval = 2 * time.Second
+	h := newWorker(t, url, cfg, worker.Hooks{})
+	subscribe(t, workerConn, prefix, h.w)
+	h.start(t)
+
+	insert(t, pool, jobSpec{payload: records(1, "before")})
+	waitFor(t, 20*time.Second, "first job", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 1 })
+	if testutil.ToFloat64(h.m.WakeupsReceived) < 1 {
+		t.Fatal("no wake-up while NATS was up")
+	}
+
+	srv.Stop()
+	waitFor(t, 20*time.Second, "clients see the outage", func() bool { return !workerConn.IsConnected() && !relayConn.IsConnected() })
+	insert(t, pool, jobSpec{payload: records(1, "during")})
+	waitFor(t, 30*time.Second, "job completes by polling", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 2 })
+
+	srv.Start()
+	waitFor(t, 30*time.Second, "clients reconnect", func() bool { return workerConn.IsConnected() && relayConn.IsConnected() })
+	if err := workerConn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	before := testutil.ToFloat64(h.m.WakeupsReceived)
+	insert(t, pool, jobSpec{payload: records(1, "after")})
+	waitFor(t, 30*time.Second, "wake-up after recovery", func() bool { return testutil.ToFloat64(h.m.WakeupsReceived) > before })
+	waitFor(t, 30*time.Second, "third job", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 3 })
+}
