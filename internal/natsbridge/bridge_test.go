@@ -1,0 +1,228 @@
+package natsbridge_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/mightyetl/mightyetl/internal/config"
+	"github.com/mightyetl/mightyetl/internal/events"
+	"github.com/mightyetl/mightyetl/internal/intake"
+	"github.com/mightyetl/mightyetl/internal/natsbridge"
+	"github.com/mightyetl/mightyetl/internal/natstest"
+	"github.com/mightyetl/mightyetl/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
+}
+
+const hashKey = "0123456789abcdef0123456789abcdef-test"
+
+func service(t *testing.T, pool *pgxpool.Pool) *intake.Service {
+	t.Helper()
+	svc, err := intake.New(intake.Options{DB: pool, PrincipalHashKey: []byte(hashKey), MaxBatchRecords: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+func jobs(t *testing.T, pool *pgxpool.Pool) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM etl_job_records`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func publish(t *testing.T, js jetstream.JetStream, subject, key, body string, header ...string) {
+	t.Helper()
+	msg := nats.NewMsg(subject)
+	msg.Data = []byte(body)
+	if key != "" {
+		msg.Header.Set(jetstream.MsgIDHeader, key)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		msg.Header.Set(header[i], header[i+1])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.PublishMsg(ctx, msg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The real request consumer in front of the real intake: duplicates make one
+// job, poison messages are terminated with a payload-free rejection and make
+// no job, and a reply subject gets the job representation.
+func TestRequestConsumerWithRealIntake(t *testing.T) {
+	pool, _ := pgtest.NewDatabase(t)
+	url := natstest.URL(t)
+	prefix := natstest.Prefix(t)
+	nc := natstest.Connect(t, url)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rejections := make(chan events.Rejection, 16)
+	sub, err := nc.Subscribe(prefix+".rejections", func(m *nats.Msg) {
+		var r events.Rejection
+		if json.Unmarshal(m.Data, &r) == nil {
+			rejections <- r
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	b, err := natsbridge.Start(context.Background(), natsbridge.Options{
+		NATS: config.NATS{URL: url, SubjectPrefix: prefix, RequestsEnabled: true, OutboxPollInterval: time.Second, OutboxBatchSize: 100},
+		Pool: pool, Service: service(t, pool), MaxRequestBytes: 64 << 10, Name: "bridge-test",
+		Registry: prometheus.NewRegistry(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Stop(context.Background())
+	subject := prefix + ".requests.alice"
+	waitFor(t, 30*time.Second, "request stream", func() bool {
+		_, err := js.Stream(context.Background(), strings.ToUpper(prefix)+"_REQUESTS")
+		return err == nil
+	})
+
+	// Duplicates (same key, same body) converge on one job, even beyond the
+	// stream's short de-duplication window.
+	publish(t, js, subject, "nats-key-0000000001", `[{"id":"a1","name":"jane"}]`)
+	waitFor(t, 30*time.Second, "first job", func() bool { return jobs(t, pool) == 1 })
+	time.Sleep(200 * time.Millisecond) // past the 100ms JetStream window: the database must converge
+	inbox := nats.NewInbox()
+	replies, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, js, subject, "nats-key-0000000001", `[{"id":"a1","name":"jane"}]`, events.ReplyToHeader, inbox)
+	reply, err := replies.NextMsg(30 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep intake.RequestReply
+	if err := json.Unmarshal(reply.Data, &rep); err != nil || rep.JobRecordID == "" || !rep.Replayed || rep.JobStatus != "PENDING" {
+		t.Fatalf("reply %s: %v", reply.Data, err)
+	}
+	if n := jobs(t, pool); n != 1 {
+		t.Fatalf("duplicate made %d jobs", n)
+	}
+
+	// Poison messages: terminated, one rejection each with the problem code, no job.
+	poison := []struct{ key, body, code string }{
+		{"nats-key-0000000002", `not json`, "etl_invalid_json"},
+		{"short", `[{"id":"x"}]`, "etl_invalid_idempotency_key"},
+		{"nats-key-0000000003", `[{"id":"  padded  "}]`, "etl_invalid_record"},
+		{"nats-key-0000000004", `[{"id":"1"},{"id":"2"},{"id":"3"},{"id":"4"},{"id":"5"},{"id":"6"},{"id":"7"},{"id":"8"},{"id":"9"},{"id":"10"},{"id":"11"}]`, "etl_batch_too_large"},
+		{"nats-key-0000000001", `[{"id":"other body"}]`, "etl_job_submission_key_reused"},
+	}
+	for _, p := range poison {
+		if p.code == "etl_job_submission_key_reused" {
+			// Outside the stream's 100ms Nats-Msg-Id window, so the
+			// message reaches the intake instead of being deduplicated.
+			time.Sleep(200 * time.Millisecond)
+		}
+		publish(t, js, subject, p.key, p.body)
+		select {
+		case r := <-rejections:
+			if r.ErrorCode != p.code {
+				t.Fatalf("rejection %q, want %q", r.ErrorCode, p.code)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no rejection for %s", p.code)
+		}
+	}
+	if n := jobs(t, pool); n != 1 {
+		t.Fatalf("poison messages made jobs: %d", n)
+	}
+	// Terminated, not redelivered: the work-queue stream is empty.
+	waitFor(t, 30*time.Second, "stream drained", func() bool {
+		s, err := js.Stream(context.Background(), strings.ToUpper(prefix)+"_REQUESTS")
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(context.Background())
+		return err == nil && info.State.Msgs == 0
+	})
+}
+
+// crashAfterCommit commits the job through the real intake and then fails
+// as if the process died before the ack: the message is redelivered.
+type crashAfterCommit struct {
+	inner   intake.NATSRequests
+	crashed atomic.Int32
+}
+
+func (c *crashAfterCommit) HandleRequest(ctx context.Context, principal, key string, body []byte) ([]byte, string, error) {
+	reply, code, err := c.inner.HandleRequest(ctx, principal, key, body)
+	if err == nil && code == "" && c.crashed.CompareAndSwap(0, 1) {
+		return nil, "", errors.New("simulated crash between commit and ack")
+	}
+	return reply, code, err
+}
+
+// Ack happens only after commit; a message whose handler committed but was
+// not acked comes back and converges on the same job.
+func TestRedeliveryAfterCommitConverges(t *testing.T) {
+	pool, _ := pgtest.NewDatabase(t)
+	url := natstest.URL(t)
+	prefix := natstest.Prefix(t)
+	nc := natstest.Connect(t, url)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &crashAfterCommit{inner: intake.NATSRequests{Service: service(t, pool)}}
+	c, err := events.NewRequestConsumer(nc, prefix, h, nil, nil, events.RequestConsumerOptions{RetryDelay: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(context.Background())
+	waitFor(t, 30*time.Second, "request stream", func() bool {
+		_, err := js.Stream(context.Background(), strings.ToUpper(prefix)+"_REQUESTS")
+		return err == nil
+	})
+	publish(t, js, prefix+".requests.bob", "nats-key-redelivery-1", `[{"id":"r1"}]`)
+	waitFor(t, 30*time.Second, "redelivered and acked", func() bool {
+		s, err := js.Stream(context.Background(), strings.ToUpper(prefix)+"_REQUESTS")
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(context.Background())
+		return err == nil && info.State.Msgs == 0 && h.crashed.Load() == 1
+	})
+	if n := jobs(t, pool); n != 1 {
+		t.Fatalf("redelivery made %d jobs, want 1", n)
+	}
+}
