@@ -92,14 +92,18 @@ func (a *api) submit(kind string) apiHandler {
 			writeProblem(w, r, intake.CodeOf(err))
 			return
 		}
-		loc := jobsPath + "/" + res.Job.JobID.String()
-		h := w.Header()
-		h.Set("Location", loc)
-		h.Set("Idempotency-Replayed", replayedHeader(res.Replayed))
-		writeJSON(w, http.StatusAccepted, submitResponse{
-			JobRecordID: res.Job.JobID.String(), JobStatus: res.Job.Status, StatusURL: loc,
-		})
+		writeAccepted(w, res.Job, res.Replayed)
 	}
+}
+
+// writeAccepted answers 202 for a new (replayed false) or replayed job of
+// a submission or a replay: Location, Idempotency-Replayed and the submit body.
+func writeAccepted(w http.ResponseWriter, job pg.Job, replayed bool) {
+	loc := jobsPath + "/" + job.JobID.String()
+	h := w.Header()
+	h.Set("Location", loc)
+	h.Set("Idempotency-Replayed", replayedHeader(replayed))
+	writeJSON(w, http.StatusAccepted, submitResponse{JobRecordID: job.JobID.String(), JobStatus: job.Status, StatusURL: loc})
 }
 
 // parseJobID accepts only the canonical 36-character UUID form (either
@@ -313,13 +317,7 @@ func (a *api) replay(w http.ResponseWriter, r *http.Request, principal string) {
 		writeProblem(w, r, intake.CodeOf(err))
 		return
 	}
-	loc := jobsPath + "/" + res.Job.JobID.String()
-	h := w.Header()
-	h.Set("Location", loc)
-	h.Set("Idempotency-Replayed", replayedHeader(res.Replayed))
-	writeJSON(w, http.StatusAccepted, submitResponse{
-		JobRecordID: res.Job.JobID.String(), JobStatus: res.Job.Status, StatusURL: loc,
-	})
+	writeAccepted(w, res.Job, res.Replayed)
 }
 
 // process serves POST /api/etl/process: 200 text/plain "Processed: <id>"

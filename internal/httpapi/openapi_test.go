@@ -54,7 +54,7 @@ func TestOpenAPIContract(t *testing.T) {
 	done := finishJob(t, e, "alice", "key-openapi-00000002", pg.StatusFailed)
 	e.submit("alice", "key-openapi-00000003", sampleBody)
 	var replayed submitted
-	if res := e.do(req{Method: "POST", Path: "/api/etl/jobs/" + done + "/replays", Principal: "alice", Key: "replay-openapi-0001", Body: sampleBody}); res.Status != 202 {
+	if res := e.do(req{Method: "POST", Path: "/api/etl/jobs/" + s.JobRecordID + "/replays", Principal: "alice", Key: "replay-openapi-0001", Body: sampleBody}); res.Status != 202 {
 		t.Fatalf("replay: %d %s", res.Status, res.Body)
 	} else {
 		res.json(t, &replayed)
@@ -80,12 +80,12 @@ func TestOpenAPIContract(t *testing.T) {
 		{Method: "GET", Path: "/api/etl/jobs/" + s.JobRecordID, Principal: "alice", Header: map[string]string{"If-None-Match": etag}},
 		{Method: "GET", Path: "/api/etl/jobs/" + s.JobRecordID, Principal: "bob"},
 		{Method: "GET", Path: "/api/etl/jobs/" + replayed.JobRecordID, Principal: "alice"},
-		{Method: "POST", Path: "/api/etl/jobs/" + done + "/replays", Principal: "alice", Key: "replay-openapi-0002", Body: sampleBody},
-		{Method: "POST", Path: "/api/etl/jobs/" + done + "/replays", Principal: "alice", Key: "replay-openapi-0002", Body: sampleBody},
-		{Method: "POST", Path: "/api/etl/jobs/" + done + "/replays", Principal: "alice", Key: "replay-openapi-0003", Body: "[]"},
-		{Method: "POST", Path: "/api/etl/jobs/" + done + "/replays", Principal: "alice", Body: sampleBody},
-		{Method: "POST", Path: "/api/etl/jobs/" + done + "/replays", Principal: "bob", Key: "replay-openapi-0003", Body: sampleBody},
-		{Method: "POST", Path: "/api/etl/jobs/" + s.JobRecordID + "/replays", Principal: "alice", Key: "replay-openapi-0003", Body: sampleBody},
+		{Method: "POST", Path: "/api/etl/jobs/" + s.JobRecordID + "/replays", Principal: "alice", Key: "replay-openapi-0002", Body: sampleBody},
+		{Method: "POST", Path: "/api/etl/jobs/" + s.JobRecordID + "/replays", Principal: "alice", Key: "replay-openapi-0002", Body: sampleBody},
+		{Method: "POST", Path: "/api/etl/jobs/" + s.JobRecordID + "/replays", Principal: "alice", Key: "replay-openapi-0003", Body: "[]"},
+		{Method: "POST", Path: "/api/etl/jobs/" + s.JobRecordID + "/replays", Principal: "alice", Body: sampleBody},
+		{Method: "POST", Path: "/api/etl/jobs/" + s.JobRecordID + "/replays", Principal: "bob", Key: "replay-openapi-0003", Body: sampleBody},
+		{Method: "POST", Path: "/api/etl/jobs/" + done + "/replays", Principal: "alice", Key: "replay-openapi-0004", Body: sampleBody},
 		{Method: "POST", Path: "/api/etl/jobs/" + s.JobRecordID + "/cancellation", Principal: "alice", Key: "cancel-openapi-00001"},
 		{Method: "POST", Path: "/api/etl/jobs/" + s.JobRecordID + "/cancellation", Principal: "alice", Key: "cancel-openapi-00001"},
 		{Method: "POST", Path: "/api/etl/jobs/" + s.JobRecordID + "/cancellation", Principal: "alice", Key: "cancel-openapi-00002"},
