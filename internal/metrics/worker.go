@@ -28,6 +28,7 @@ const (
 	LostMarginGone  = "margin_gone"  // renewal kept failing until the safety margin ran out (fail closed)
 	LostRevoked     = "revoked"      // a NATS revocation arrived
 	LostFencedWrite = "fenced_write" // a finish, retry or fail matched zero rows
+	LostSuperseded  = "superseded"   // this worker reclaimed the job after the older claim's lease expired
 )
 
 // Worker holds the worker process's collectors.
@@ -94,7 +95,7 @@ func NewWorker(reg prometheus.Registerer) *Worker {
 		}),
 		ClaimsLost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mightyetl_lease_claims_lost_total",
-			Help: "Claims this worker lost, by how it learned: not_renewed, margin_gone, revoked, fenced_write.",
+			Help: "Claims this worker lost, by how it learned: not_renewed, margin_gone, revoked, fenced_write, superseded.",
 		}, []string{"reason"}),
 		RunningJobs: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "mightyetl_worker_running_jobs",
@@ -128,7 +129,7 @@ func NewWorker(reg prometheus.Registerer) *Worker {
 	for _, o := range []string{RenewalRenewed, RenewalStale, RenewalDBError} {
 		m.Renewals.WithLabelValues(o)
 	}
-	for _, r := range []string{LostNotRenewed, LostMarginGone, LostRevoked, LostFencedWrite} {
+	for _, r := range []string{LostNotRenewed, LostMarginGone, LostRevoked, LostFencedWrite, LostSuperseded} {
 		m.ClaimsLost.WithLabelValues(r)
 	}
 	reg.MustRegister(m.Outcomes, m.ExecutionSeconds, m.PickupLatency, m.ClaimBatchSize, m.FinishBatchSize,

@@ -305,3 +305,32 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// When a worker reclaims a job it still runs under an expired older claim,
+// the older handler is stopped: one process never computes a job twice.
+func TestReclaimOfOwnExpiredJobStopsTheOlderHandler(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(time.Hour, "", 0)})
+	cfg := fastConfig() // renewals every 10s: only the poll's reclaim can notice
+	cfg.Concurrency = 2
+	cfg.ShutdownGrace = 10 * time.Millisecond
+	h := newWorker(t, url, cfg, worker.Hooks{})
+	h.start(t)
+	waitFor(t, 20*time.Second, "running", func() bool { return h.w.Running() == 1 })
+	if _, err := pool.Exec(context.Background(), `UPDATE etl_job_records SET lease_expires_at = clock_timestamp() - interval '1 ms' WHERE job_record_id=$1`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "older claim superseded", func() bool {
+		return testutil.ToFloat64(h.m.ClaimsLost.WithLabelValues(metrics.LostSuperseded)) == 1
+	})
+	waitFor(t, 20*time.Second, "older handler stopped", func() bool { return h.outcome(metrics.OutcomeStale) == 1 })
+	if got := h.w.Running(); got != 1 {
+		t.Fatalf("running %d, want only the new claim", got)
+	}
+	if err := h.w.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if h.outcome(metrics.OutcomeReleased) != 1 {
+		t.Fatal("the new claim was not released on shutdown")
+	}
+}

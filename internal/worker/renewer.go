@@ -114,7 +114,7 @@ func (w *Worker) dropExpired(rs []*running) []*running {
 	for _, r := range rs {
 		w.mu.Lock()
 		gone := time.Until(r.localDeadline) <= w.guard()
-		held := w.live[r.claim.JobID] == r && !r.lost
+		held := w.live[r.claim.ClaimID] == r && !r.lost
 		w.mu.Unlock()
 		switch {
 		case !held:
@@ -131,7 +131,7 @@ func (w *Worker) dropExpired(rs []*running) []*running {
 func (w *Worker) applyRenewals(rs []*running, res []lease.Renewal, sent time.Time) {
 	for i, r := range rs {
 		w.mu.Lock()
-		held := w.live[r.claim.JobID] == r && !r.lost
+		held := w.live[r.claim.ClaimID] == r && !r.lost
 		if held && res[i].Renewed {
 			r.localDeadline = sent.Add(w.cfg.LeaseDuration)
 		}

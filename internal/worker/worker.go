@@ -89,7 +89,8 @@ type Worker struct {
 	finishQ  chan *finishReq
 
 	mu      sync.Mutex
-	live    map[uuid.UUID]*running // claims held now
+	live    map[uuid.UUID]*running // claims held now, by claim id
+	byJob   map[uuid.UUID]*running // the newest held claim of each job
 	running int
 
 	lifeCtx    context.Context // cancelled by the final stage of Stop
@@ -150,6 +151,7 @@ func New(cfg Config, exec, renew *pgxpool.Pool, handlers map[string]Handler, m *
 		slotFree:   make(chan struct{}, 1),
 		finishQ:    make(chan *finishReq, cfg.Concurrency),
 		live:       make(map[uuid.UUID]*running),
+		byJob:      make(map[uuid.UUID]*running),
 		stopClaim:  make(chan struct{}),
 		renewStop:  make(chan struct{}),
 		finishStop: make(chan struct{}),
@@ -204,7 +206,7 @@ func (w *Worker) Revoke(jobID uuid.UUID) {
 		w.m.RevocationsHeard.Inc()
 	}
 	w.mu.Lock()
-	r, ok := w.live[jobID]
+	r, ok := w.byJob[jobID]
 	first := ok && !r.lost
 	if first {
 		r.lost, r.lostReason = true, metrics.LostRevoked
@@ -334,10 +336,17 @@ func (w *Worker) launch(c lease.Claim, sent time.Time) {
 	ctx, cancel := context.WithCancelCause(w.lifeCtx)
 	r := &running{claim: c, localDeadline: sent.Add(w.cfg.LeaseDuration), cancel: cancel, started: time.Now()}
 	w.mu.Lock()
-	w.live[c.JobID] = r
+	// The database let this worker claim a job it still runs under an
+	// older claim: that claim's lease expired, so its handler is stale.
+	old := w.byJob[c.JobID]
+	w.live[c.ClaimID] = r
+	w.byJob[c.JobID] = r
 	w.running++
 	w.m.RunningJobs.Set(float64(w.running))
 	w.mu.Unlock()
+	if old != nil {
+		w.markLost(old, metrics.LostSuperseded)
+	}
 	w.execWG.Add(1)
 	go w.execute(ctx, r)
 }
@@ -346,10 +355,13 @@ func (w *Worker) launch(c lease.Claim, sent time.Time) {
 func (w *Worker) done(r *running) {
 	r.cancel(context.Canceled)
 	w.mu.Lock()
-	if w.live[r.claim.JobID] == r {
-		delete(w.live, r.claim.JobID)
+	if w.live[r.claim.ClaimID] == r {
+		delete(w.live, r.claim.ClaimID)
 		w.running--
 		w.m.RunningJobs.Set(float64(w.running))
+	}
+	if w.byJob[r.claim.JobID] == r {
+		delete(w.byJob, r.claim.JobID)
 	}
 	w.mu.Unlock()
 	select {
