@@ -3,6 +3,7 @@
 //	etlctl migrate up|down|status   apply, roll back one, or list migrations (creates the database if missing)
 //	etlctl credentials hash NAME    read a password on stdin, print the "NAME:argon2id-hash" line
 //	etlctl relay                    run the outbox relay alone (needs NATS_URL)
+//	etlctl prune                    delete old terminal jobs and ledger rows no replay needs
 //	etlctl dev                      run the whole system in one process (see README)
 //
 // Settings come from flags and MIGHTYETL_* / DATABASE_URL variables like the
@@ -22,6 +23,7 @@ const usage = `usage:
   etlctl migrate up|down|status
   etlctl credentials hash <principal>   (password on standard input)
   etlctl relay
+  etlctl prune [-terminal-jobs-older-than 720h] [-ledger-older-than 720h]
   etlctl dev`
 
 func run(args []string) int {
@@ -38,6 +40,8 @@ func run(args []string) int {
 		return runDev(args[1:])
 	case "relay":
 		return runRelay(args[1:])
+	case "prune":
+		return runPrune(args[1:])
 	case "-h", "--help", "help":
 		fmt.Println(usage)
 		return 0

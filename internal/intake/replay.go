@@ -1,0 +1,86 @@
+package intake
+
+import (
+	"context"
+	"errors"
+
+	"github.com/google/uuid"
+	"github.com/mightyetl/mightyetl/internal/pg"
+)
+
+// ReplayRequest asks to run one of the caller's FAILED or CANCELLED jobs
+// again as a new job.
+type ReplayRequest struct {
+	Principal string
+	// IdempotencyKey is the normalised replay key; required.
+	IdempotencyKey string
+	// JobID is the source job.
+	JobID uuid.UUID
+	// Body is the byte-identical original payload of the source. A terminal
+	// job keeps only its digest, so the caller must resend it.
+	Body []byte
+}
+
+// ReplayResult is the replay job a request created or replayed.
+type ReplayResult struct {
+	// Job is the replay job's current state (Job.Lineage is set).
+	Job pg.Job
+	// Replayed is true when an earlier request with the same key, source and
+	// body created Job.
+	Replayed bool
+}
+
+// Replay creates a new PENDING job from the caller's FAILED or CANCELLED
+// job, with the same kind and max attempts and the resent body as its
+// payload, plus its outbox wake-up, in one transaction (see pg.ReplayJob);
+// the source never changes. The body is not parsed: its SHA-256 must equal
+// the source's request_digest, which proves it is the payload that was
+// validated at submission. Outcomes, in the order they are decided:
+//   - blank principal: ErrPrincipalRequired; missing or invalid key:
+//     ErrReplayKeyRequired (before any database access);
+//   - absent or foreign source: ErrJobNotFound;
+//   - the key already made a replay of this source with this body: that job,
+//     Replayed true; of another source or body: ErrReplayKeyReused;
+//   - source PENDING or RUNNING: ErrReplaySourceActive; SUCCEEDED:
+//     ErrReplaySourceSucceeded;
+//   - body digest differs from the source's: ErrReplayPayloadMismatch
+//     (nothing is written);
+//   - source at generation 100: ErrReplayGenerationExhausted;
+//   - database unreachable: etl_target_unavailable (retry with the same key
+//     and body).
+//
+// Concurrent replays of one source with one key converge on one job:
+// exactly one result has Replayed false.
+func (s *Service) Replay(ctx context.Context, req ReplayRequest) (ReplayResult, error) {
+	scope, err := s.scope(req.Principal)
+	if err != nil {
+		return ReplayResult{}, err
+	}
+	if !ValidKey(req.IdempotencyKey) {
+		return ReplayResult{}, ErrReplayKeyRequired
+	}
+	out, err := pg.ReplayJob(ctx, s.db, pg.ReplayParams{
+		PrincipalScopeHash: scope,
+		SourceJobID:        req.JobID,
+		ReplayKeyHash:      ReplayKeyHash(scope, req.IdempotencyKey),
+		RequestDigest:      RequestDigest(req.Body),
+		Payload:            string(req.Body),
+	})
+	switch {
+	case err == nil:
+		return ReplayResult{Job: out.Job, Replayed: !out.Created}, nil
+	case errors.Is(err, pg.ErrNotFound):
+		return ReplayResult{}, ErrJobNotFound
+	case errors.Is(err, pg.ErrReplayKeyReused):
+		return ReplayResult{}, ErrReplayKeyReused
+	case errors.Is(err, pg.ErrReplaySourceActive):
+		return ReplayResult{}, ErrReplaySourceActive
+	case errors.Is(err, pg.ErrReplaySourceSucceeded):
+		return ReplayResult{}, ErrReplaySourceSucceeded
+	case errors.Is(err, pg.ErrReplayPayloadMismatch):
+		return ReplayResult{}, ErrReplayPayloadMismatch
+	case errors.Is(err, pg.ErrReplayGenerationExhausted):
+		return ReplayResult{}, ErrReplayGenerationExhausted
+	}
+	return ReplayResult{}, storeError(err)
+}

@@ -1,0 +1,177 @@
+package pg
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// MaxReplayGeneration is the last generation of a replay chain
+// (etl_job_replay_lineage_completeness_check): a job of this generation can
+// no longer be replayed.
+const MaxReplayGeneration = 100
+
+// Replay refusals. ReplayJob returns them unwrapped; nothing was written.
+var (
+	// ErrReplaySourceActive: the source is PENDING or RUNNING.
+	ErrReplaySourceActive = errors.New("replay source is active")
+	// ErrReplaySourceSucceeded: the source SUCCEEDED; there is nothing to redo.
+	ErrReplaySourceSucceeded = errors.New("replay source succeeded")
+	// ErrReplayPayloadMismatch: the body's digest is not the source's
+	// request_digest.
+	ErrReplayPayloadMismatch = errors.New("replay payload does not match the source")
+	// ErrReplayKeyReused: the replay key already made a replay of another
+	// source or of another payload.
+	ErrReplayKeyReused = errors.New("replay key reused")
+	// ErrReplayGenerationExhausted: the source is a replay of generation
+	// MaxReplayGeneration.
+	ErrReplayGenerationExhausted = errors.New("replay generation exhausted")
+)
+
+// ReplayParams identify one replay attempt.
+type ReplayParams struct {
+	// PrincipalScopeHash is the caller; only its own job can be a source.
+	PrincipalScopeHash string
+	// SourceJobID is the FAILED or CANCELLED job to replay.
+	SourceJobID uuid.UUID
+	// ReplayKeyHash is the domain-separated hash of the caller's replay key;
+	// it becomes the new job's submission_key_hash, so one key makes at most
+	// one job per principal.
+	ReplayKeyHash string
+	// RequestDigest is the hex SHA-256 of Payload.
+	RequestDigest string
+	// Payload is the resent original body; it becomes the new job's payload.
+	Payload string
+	// JobID is the new job's id; uuid.Nil draws a random one.
+	JobID uuid.UUID
+}
+
+// ReplayOutcome is the replay job ReplayJob created or found.
+type ReplayOutcome struct {
+	// Job is the replay job's current state; Job.Lineage is never nil.
+	Job Job
+	// Created is true when this call created Job, false when an earlier call
+	// with the same key, source and payload did.
+	Created bool
+}
+
+// lockReplaySourceSQL locks the caller's source row. Lock: FOR UPDATE
+// serialises every replay of one source (a concurrent replay with the same
+// key waits here and then finds the winner's job) and holds off any UPDATE
+// of the source until the replay commits, so the lineage guard of such an
+// UPDATE sees the new reference. Terminal rows are never written by the
+// claim, renew, finish or cancel paths, so no worker ever waits on it.
+const lockReplaySourceSQL = `
+SELECT job_kind, job_status, max_attempts, request_digest,
+       replay_root_job_record_id, replay_generation_count
+FROM etl_job_records
+WHERE job_record_id = $1 AND principal_scope_hash = $2
+FOR UPDATE`
+
+// replayByKeySQL reads the job the caller's replay key already made, if any,
+// in a fresh READ COMMITTED snapshot (taken after the source lock, so it
+// sees a concurrent winner that committed while this transaction waited).
+const replayByKeySQL = `SELECT ` + jobColumns + `
+FROM etl_job_records j WHERE j.principal_scope_hash = $1 AND j.submission_key_hash = $2`
+
+// ReplayJob creates a new PENDING job that replays the caller's FAILED or
+// CANCELLED job p.SourceJobID with p.Payload, and its job_available outbox
+// row, in one transaction on db. The source row is never written. In order:
+//   - absent or foreign source: ErrNotFound;
+//   - the key already made a job: that job (Created false) when it replays
+//     this source with this digest, whatever the source's state now;
+//     otherwise ErrReplayKeyReused;
+//   - source PENDING or RUNNING: ErrReplaySourceActive; SUCCEEDED:
+//     ErrReplaySourceSucceeded;
+//   - p.RequestDigest differs from the source's request_digest:
+//     ErrReplayPayloadMismatch;
+//   - source of generation MaxReplayGeneration: ErrReplayGenerationExhausted;
+//   - otherwise a new job with the source's kind and max_attempts, lineage
+//     generation 1 rooted at the source (a source without lineage) or the
+//     source's generation + 1 with the source's root (Created true).
+//
+// Concurrent replays of one source with one key converge on one job; a
+// concurrent replay of another source under the same key loses the unique
+// (principal_scope_hash, submission_key_hash) race and is ErrReplayKeyReused.
+func ReplayJob(ctx context.Context, db TxBeginner, p ReplayParams) (ReplayOutcome, error) {
+	var out ReplayOutcome
+	err := WithTx(ctx, db, func(tx pgx.Tx) error {
+		var (
+			kind, status, digest string
+			maxAttempts          int
+			root                 *uuid.UUID
+			generation           *int32
+		)
+		err := tx.QueryRow(ctx, lockReplaySourceSQL, p.SourceJobID, p.PrincipalScopeHash).
+			Scan(&kind, &status, &maxAttempts, &digest, &root, &generation)
+		if IsNoRows(err) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("lock replay source: %w", err)
+		}
+		existing, err := scanJob(tx.QueryRow(ctx, replayByKeySQL, p.PrincipalScopeHash, p.ReplayKeyHash))
+		switch {
+		case err == nil:
+			out, err = sameReplay(existing, p)
+			return err
+		case !IsNoRows(err):
+			return fmt.Errorf("read replay by key: %w", err)
+		}
+		switch status {
+		case StatusPending, StatusRunning:
+			return ErrReplaySourceActive
+		case StatusSucceeded:
+			return ErrReplaySourceSucceeded
+		}
+		if subtle.ConstantTimeCompare([]byte(digest), []byte(p.RequestDigest)) != 1 {
+			return ErrReplayPayloadMismatch
+		}
+		lineage := Lineage{SourceJobID: p.SourceJobID, RootJobID: p.SourceJobID, Generation: 1}
+		if root != nil && generation != nil {
+			if *generation >= MaxReplayGeneration {
+				return ErrReplayGenerationExhausted
+			}
+			lineage.RootJobID, lineage.Generation = *root, int(*generation)+1
+		}
+		ins, err := InsertJobs(ctx, tx, []NewJob{{
+			JobID: p.JobID, Kind: kind, PrincipalScopeHash: p.PrincipalScopeHash,
+			SubmissionKeyHash: p.ReplayKeyHash, RequestDigest: p.RequestDigest, Payload: p.Payload,
+			MaxAttempts: maxAttempts, Lineage: &lineage,
+		}})
+		if errors.Is(err, ErrNotFound) {
+			// The job holding the key was deleted between two statements;
+			// never let that read as an absent source.
+			return errors.New("insert replay job: conflicting job vanished")
+		}
+		if err != nil {
+			return fmt.Errorf("insert replay job: %w", err)
+		}
+		if !ins[0].Created {
+			// Another source's replay under the same key committed between
+			// the lookup and the insert.
+			out, err = sameReplay(ins[0].Job, p)
+			return err
+		}
+		out = ReplayOutcome{Job: ins[0].Job, Created: true}
+		return nil
+	})
+	if err != nil {
+		return ReplayOutcome{}, err
+	}
+	return out, nil
+}
+
+// sameReplay returns existing (the job holding the caller's replay key) when
+// it replays p's source with p's digest, and ErrReplayKeyReused otherwise.
+func sameReplay(existing Job, p ReplayParams) (ReplayOutcome, error) {
+	if existing.Lineage == nil || existing.Lineage.SourceJobID != p.SourceJobID ||
+		subtle.ConstantTimeCompare([]byte(existing.RequestDigest), []byte(p.RequestDigest)) != 1 {
+		return ReplayOutcome{}, ErrReplayKeyReused
+	}
+	return ReplayOutcome{Job: existing}, nil
+}

@@ -1,0 +1,115 @@
+package pg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DefaultPruneBatch is a reasonable batch size for PruneTerminalJobs and
+// PruneLedger: small enough that one DELETE holds its row locks briefly.
+const DefaultPruneBatch = 1000
+
+// pruneTerminalJobsSQL deletes one batch of terminal jobs whose updated_at
+// is older than $1 microseconds before the database clock
+// (clock_timestamp(), so no process clock decides retention). A job that any
+// replay references as source or root is kept (NOT EXISTS, through the
+// lineage lookup indexes), so a chain is only ever shortened from its newest
+// end and never left with a dangling reference; the RESTRICT foreign keys
+// are the backstop. Lock: FOR UPDATE SKIP LOCKED skips a source that a
+// replay transaction holds, so pruning never waits on (or for) a replay, and
+// two pruners never contend for one row.
+const pruneTerminalJobsSQL = `
+WITH doomed AS (
+    SELECT j.job_record_id
+    FROM etl_job_records j
+    WHERE j.job_status IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
+      AND j.updated_at < clock_timestamp() - $1::bigint * interval '1 microsecond'
+      AND NOT EXISTS (SELECT 1 FROM etl_job_records r WHERE r.replay_source_job_record_id = j.job_record_id)
+      AND NOT EXISTS (SELECT 1 FROM etl_job_records r WHERE r.replay_root_job_record_id = j.job_record_id)
+    LIMIT $2
+    FOR UPDATE OF j SKIP LOCKED
+)
+DELETE FROM etl_job_records j USING doomed d WHERE j.job_record_id = d.job_record_id`
+
+// pruneLedgerSQL deletes one batch of response-ledger rows created more than
+// $1 microseconds before the database clock, oldest first along
+// etl_idempotency_created_at_index. Lock: SKIP LOCKED leaves a row that a
+// concurrent request is reading or claiming to that request.
+const pruneLedgerSQL = `
+WITH doomed AS (
+    SELECT principal_scope_hash, idempotency_key_hash
+    FROM etl_idempotency_records
+    WHERE created_at < clock_timestamp() - $1::bigint * interval '1 microsecond'
+    ORDER BY created_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM etl_idempotency_records r USING doomed d
+WHERE r.principal_scope_hash = d.principal_scope_hash AND r.idempotency_key_hash = d.idempotency_key_hash`
+
+// maxPruneRaceRetries bounds the retries of a batch that lost a race with a
+// replay (the RESTRICT backstop fired): each retry reads a fresh snapshot.
+const maxPruneRaceRetries = 3
+
+// PruneTerminalJobs deletes SUCCEEDED, FAILED and CANCELLED jobs whose last
+// change (updated_at) is older than olderThan by the database clock, in
+// batches of at most limit rows, each batch its own statement (and so its own
+// transaction when db is a pool), until a batch comes up short. It never
+// deletes a job that a replay references as its source or root. It returns
+// the number of jobs deleted, also when ctx ends or a batch fails part way.
+// olderThan must be positive and limit at least 1.
+//
+// Deleting a job frees its submission key: the same key then creates a new
+// job. Target rows (processed_data) and ledger rows are not touched.
+func PruneTerminalJobs(ctx context.Context, db DBTX, olderThan time.Duration, limit int) (int64, error) {
+	return prune(ctx, db, "prune terminal jobs", pruneTerminalJobsSQL, olderThan, limit)
+}
+
+// PruneLedger deletes response-ledger rows (etl_idempotency_records) created
+// more than olderThan ago by the database clock, in batches of at most limit
+// rows, until a batch comes up short, and returns how many it deleted.
+// Deleting a row frees its synchronous-path key: the same key then runs the
+// request again. olderThan must be positive and limit at least 1.
+func PruneLedger(ctx context.Context, db DBTX, olderThan time.Duration, limit int) (int64, error) {
+	return prune(ctx, db, "prune ledger", pruneLedgerSQL, olderThan, limit)
+}
+
+func prune(ctx context.Context, db DBTX, what, sql string, olderThan time.Duration, limit int) (int64, error) {
+	if olderThan <= 0 {
+		return 0, fmt.Errorf("%s: window %s is not positive", what, olderThan)
+	}
+	if limit < 1 {
+		return 0, fmt.Errorf("%s: batch limit %d below 1", what, limit)
+	}
+	var total int64
+	races := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, fmt.Errorf("%s: %w", what, err)
+		}
+		tag, err := db.Exec(ctx, sql, olderThan.Microseconds(), limit)
+		if isForeignKeyViolation(err) && races < maxPruneRaceRetries {
+			// A replay referenced a candidate after this statement's
+			// snapshot; the RESTRICT key refused the whole batch.
+			races++
+			continue
+		}
+		if err != nil {
+			return total, fmt.Errorf("%s: %w", what, err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(limit) {
+			return total, nil
+		}
+	}
+}
+
+// isForeignKeyViolation reports whether err is a foreign_key_violation (23503).
+func isForeignKeyViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23503"
+}
