@@ -1,0 +1,311 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mightyetl/mightyetl/internal/metrics"
+	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/worker"
+)
+
+// Burndown variants. Only "default" is the product as shipped; the others
+// switch a safety feature off INSIDE THE BENCH DATABASE ONLY (a BEFORE INSERT
+// trigger that drops the row), to price that feature. No product code changes.
+const (
+	variantDefault        = "default"
+	variantNoOutbox       = "no-outbox"
+	variantNoOutboxLedger = "no-outbox-no-ledger"
+	// variantCustomPlans changes no SQL and no schema: the worker's pools
+	// connect with plan_cache_mode=force_custom_plan (a connection setting),
+	// to price the generic-plan problem of the batched lease statements.
+	variantCustomPlans = "custom-plans"
+)
+
+// variantSQL is applied after migration for a variant.
+var variantSQL = map[string]string{
+	variantNoOutbox: `
+CREATE FUNCTION bench_drop_row() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
+CREATE TRIGGER bench_drop_outbox_row BEFORE INSERT ON etl_outbox_events FOR EACH ROW EXECUTE FUNCTION bench_drop_row();
+ALTER TABLE etl_outbox_events DISABLE TRIGGER etl_outbox_notify_relay_trigger;`,
+	variantNoOutboxLedger: `
+CREATE FUNCTION bench_drop_row() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
+CREATE TRIGGER bench_drop_outbox_row BEFORE INSERT ON etl_outbox_events FOR EACH ROW EXECUTE FUNCTION bench_drop_row();
+ALTER TABLE etl_outbox_events DISABLE TRIGGER etl_outbox_notify_relay_trigger;
+CREATE TRIGGER bench_drop_ledger_row BEFORE INSERT ON etl_idempotency_records FOR EACH ROW EXECUTE FUNCTION bench_drop_row();`,
+}
+
+// maxVariantN bounds the jobs of the cost variants so a 1M run stays affordable.
+const maxVariantN = 100_000
+
+func (h *harness) throughputConfig() worker.Config {
+	return worker.Config{Concurrency: h.o.Concurrency, FinishBatch: h.o.FinishBatch, Completers: h.o.Completers}
+}
+
+func (h *harness) throughputSettings(cfg worker.Config, execConns int32) map[string]string {
+	return map[string]string{
+		"concurrency":  strconv.Itoa(cfg.Concurrency),
+		"finish_batch": strconv.Itoa(cfg.FinishBatch),
+		"completers":   strconv.Itoa(cfg.Completers),
+		"exec_conns":   strconv.Itoa(int(execConns)),
+		"lease":        "30s", "renew_interval": "10s", "poll_interval": "1s",
+		"fencing": "exact", "ledger": "on", "outbox": "on",
+	}
+}
+
+// burndownAll runs the default burndown at -n and then each -variants
+// variant at min(n, 100,000), preceded by a default run at that size when it
+// differs from n, so the variants compare like with like.
+func (h *harness) burndownAll(ctx context.Context) ([]Result, error) {
+	var out []Result
+	r, err := h.burndown(ctx, variantDefault, h.o.N)
+	out = append(out, r)
+	if err != nil || len(h.o.Variants) == 0 {
+		return out, err
+	}
+	vn := min(h.o.N, maxVariantN)
+	var variants []string
+	if vn != h.o.N && !contains(h.o.Variants, variantDefault) {
+		variants = append(variants, variantDefault)
+	}
+	for _, v := range h.o.Variants {
+		if v != variantDefault || vn != h.o.N {
+			variants = append(variants, v)
+		}
+	}
+	for _, v := range variants {
+		r, err := h.burndown(ctx, v, vn)
+		out = append(out, r)
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// burndown pre-inserts n zero-duration diagnostic jobs and times the real
+// worker working all of them to SUCCEEDED.
+func (h *harness) burndown(ctx context.Context, variant string, n int) (Result, error) {
+	res := Result{System: "mightyetl", Scenario: "burndown", Variant: variant + "/n=" + strconv.Itoa(n), Metrics: map[string]float64{}}
+	if err := h.fresh(ctx); err != nil {
+		return res, err
+	}
+	if sql := variantSQL[variant]; sql != "" {
+		if _, err := h.pool.Exec(ctx, sql); err != nil {
+			return res, fmt.Errorf("apply variant %s: %w", variant, err)
+		}
+	}
+	ins, err := h.bulkInsert(ctx, n, zeroPayload)
+	if err != nil {
+		return res, err
+	}
+	res.Metrics["jobs"] = float64(n)
+	res.Metrics["insert_s"] = ins.Seconds()
+
+	cfg := h.throughputConfig()
+	if variant == variantCustomPlans {
+		h.workerURLParams = "plan_cache_mode=force_custom_plan"
+		defer func() { h.workerURLParams = "" }()
+	}
+	xact0, _ := h.xactCommits(ctx)
+	cpu0 := selfCPU()
+	start := time.Now()
+	rg, err := h.startWorker(ctx, cfg, nil, int32(h.o.ExecConns))
+	if err != nil {
+		return res, err
+	}
+	res.Settings = h.throughputSettings(cfg, rg.execConns)
+	if variant != variantDefault {
+		res.Settings["outbox"] = "off (bench trigger drops rows)"
+	}
+	if variant == variantNoOutboxLedger {
+		res.Settings["ledger"] = "off (bench trigger drops rows)"
+	}
+	if variant == variantCustomPlans {
+		res.Settings["worker_connection"] = "plan_cache_mode=force_custom_plan"
+	}
+	timeout := max(10*time.Minute, time.Duration(n/200)*time.Second)
+	werr := waitUntil(ctx, timeout, 20*time.Millisecond, "burndown to finish", func() (bool, error) {
+		return rg.outcomes(metrics.OutcomeSucceeded) >= float64(n), nil
+	})
+	elapsed := time.Since(start)
+	cpu := selfCPU() - cpu0
+	xact1, _ := h.xactCommits(ctx)
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	_ = rg.stop(stopCtx)
+	if werr != nil {
+		return res, werr
+	}
+	res.Metrics["elapsed_s"] = elapsed.Seconds()
+	res.Metrics["jobs_per_s"] = float64(n) / elapsed.Seconds()
+	res.Metrics["worker_cpu_cores"] = cpu.Seconds() / elapsed.Seconds()
+	res.Metrics["db_commits_per_job"] = float64(xact1-xact0) / float64(n)
+	counts, err := h.statusCounts(ctx)
+	if err != nil {
+		return res, err
+	}
+	if counts[pg.StatusSucceeded] != n {
+		return res, fmt.Errorf("burndown: %d of %d jobs SUCCEEDED (%v)", counts[pg.StatusSucceeded], n, counts)
+	}
+	res.Metrics["succeeded"] = float64(counts[pg.StatusSucceeded])
+	res.Metrics["claim_batch_mean"], res.Metrics["claims"] = histMean(rg.reg, "mightyetl_worker_claim_batch_size")
+	res.Metrics["finish_batch_mean"], res.Metrics["finish_txs"] = histMean(rg.reg, "mightyetl_worker_finish_batch_size")
+	res.Metrics["stale"] = rg.outcomes(metrics.OutcomeStale)
+	if v, err := h.count(ctx, `SELECT count(*) FROM etl_outbox_events`); err == nil {
+		res.Metrics["outbox_rows"] = float64(v)
+	}
+	if v, err := h.count(ctx, `SELECT count(*) FROM etl_idempotency_records`); err == nil {
+		res.Metrics["ledger_rows"] = float64(v)
+	}
+	return res, nil
+}
+
+// continuous inserts batches through pg.InsertJobs (the intake's store call)
+// back to back on one goroutine while the worker works, for -duration.
+func (h *harness) continuous(ctx context.Context) (Result, error) {
+	res := Result{System: "mightyetl", Scenario: "continuous", Metrics: map[string]float64{}}
+	if err := h.fresh(ctx); err != nil {
+		return res, err
+	}
+	const batch = 500
+	cfg := h.throughputConfig()
+	rg, err := h.startWorker(ctx, cfg, nil, int32(h.o.ExecConns))
+	if err != nil {
+		return res, err
+	}
+	res.Settings = h.throughputSettings(cfg, rg.execConns)
+	res.Settings["insert"] = "1 goroutine, pg.InsertJobs batches of 500, back to back"
+	res.Settings["duration"] = h.o.Duration.String()
+	res.Settings["wakeups"] = "none (poll 1s)"
+	if h.o.NATSURL != "" {
+		// As deployed: the relay publishes job_available wake-ups and the
+		// lifecycle events (and deletes their outbox rows) while we run.
+		nw, err := h.wireNATS(ctx, rg.w)
+		if err != nil {
+			_ = rg.stop(ctx)
+			return res, fmt.Errorf("wire NATS: %w", err)
+		}
+		defer nw.close(ctx)
+		res.Settings["wakeups"] = "outbox relay -> NATS -> Worker.Wake; relay publishes lifecycle events"
+	}
+
+	runCtx, cancel := context.WithTimeout(ctx, h.o.Duration)
+	defer cancel()
+	var (
+		wg       sync.WaitGroup
+		inserted int64
+		insErr   error
+	)
+	start := time.Now()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for runCtx.Err() == nil {
+			jobs := h.newJobs(batch, zeroPayload)
+			if _, err := pg.InsertJobs(runCtx, h.pool, jobs); err != nil {
+				if runCtx.Err() == nil {
+					insErr = err
+				}
+				return
+			}
+			inserted += batch
+		}
+	}()
+	var backlog []float64
+	tick := time.NewTicker(time.Second)
+	for runCtx.Err() == nil {
+		select {
+		case <-tick.C:
+			if n, err := h.count(ctx, `SELECT count(*) FROM etl_job_records WHERE job_status = 'PENDING'`); err == nil {
+				backlog = append(backlog, float64(n))
+			}
+		case <-runCtx.Done():
+		}
+	}
+	tick.Stop()
+	wg.Wait()
+	worked := rg.outcomes(metrics.OutcomeSucceeded)
+	elapsed := time.Since(start)
+	stopCtx, cancelStop := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancelStop()
+	_ = rg.stop(stopCtx)
+	if insErr != nil {
+		return res, fmt.Errorf("continuous insert: %w", insErr)
+	}
+	res.Metrics["elapsed_s"] = elapsed.Seconds()
+	res.Metrics["inserted"] = float64(inserted)
+	res.Metrics["worked"] = worked
+	res.Metrics["inserted_per_s"] = float64(inserted) / elapsed.Seconds()
+	res.Metrics["jobs_per_s"] = worked / elapsed.Seconds()
+	res.Metrics["claim_batch_mean"], _ = histMean(rg.reg, "mightyetl_worker_claim_batch_size")
+	res.Metrics["finish_batch_mean"], _ = histMean(rg.reg, "mightyetl_worker_finish_batch_size")
+	if len(backlog) > 0 {
+		res.Metrics["backlog_first"] = backlog[0]
+		res.Metrics["backlog_last"] = backlog[len(backlog)-1]
+		res.Metrics["backlog_max"] = maxOf(backlog)
+		res.Metrics["backlog_slope_per_s"] = slope(backlog)
+	}
+	return res, nil
+}
+
+// histMean returns the mean and count of a histogram in reg.
+func histMean(reg *prometheus.Registry, name string) (mean, count float64) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0, 0
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name || len(mf.GetMetric()) == 0 {
+			continue
+		}
+		hg := mf.GetMetric()[0].GetHistogram()
+		if hg.GetSampleCount() == 0 {
+			return 0, 0
+		}
+		return hg.GetSampleSum() / float64(hg.GetSampleCount()), float64(hg.GetSampleCount())
+	}
+	return 0, 0
+}
+
+// xactCommits is the bench database's committed transaction count.
+func (h *harness) xactCommits(ctx context.Context) (int64, error) {
+	return h.count(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`)
+}
+
+// selfCPU is this process's user+system CPU time.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func maxOf(v []float64) float64 {
+	m := v[0]
+	for _, x := range v[1:] {
+		m = max(m, x)
+	}
+	return m
+}
+
+// slope is the least-squares slope of v against its index (samples 1s apart).
+func slope(v []float64) float64 {
+	n := float64(len(v))
+	if n < 2 {
+		return 0
+	}
+	var sx, sy, sxy, sxx float64
+	for i, y := range v {
+		x := float64(i)
+		sx, sy, sxy, sxx = sx+x, sy+y, sxy+x*y, sxx+x*x
+	}
+	return (n*sxy - sx*sy) / (n*sxx - sx*sx)
+}

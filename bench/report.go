@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// printTable writes every result, then the ratios against peers.
+func printTable(w io.Writer, rep *Report) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SYSTEM\tSCENARIO\tVARIANT\tMETRIC\tVALUE")
+	for _, r := range append(append([]Result(nil), rep.Results...), rep.Peers...) {
+		keys := make([]string, 0, len(r.Metrics))
+		for k := range r.Metrics {
+			if strings.HasSuffix(k, "_samples") || strings.HasSuffix(k, "_mean_ms") {
+				continue
+			}
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.System, r.Scenario, r.Variant, k, num(r.Metrics[k]))
+		}
+		for _, n := range r.Notes {
+			fmt.Fprintf(tw, "%s\t%s\t%s\tnote\t%s\n", r.System, r.Scenario, r.Variant, n)
+		}
+	}
+	_ = tw.Flush()
+	if len(rep.Ratios) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "SCENARIO\tMETRIC\tMIGHTYETL\tPEER\tRATIO mightyETL/peer\tBETTER")
+		for _, r := range rep.Ratios {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s %s\t%.2fx\t%s\n", r.Scenario, r.Metric, num(r.Mighty), r.PeerName, num(r.Peer), r.Ratio, r.Direction)
+		}
+		_ = tw.Flush()
+	}
+	for _, e := range rep.Errors {
+		fmt.Fprintf(w, "ERROR %s\n", e)
+	}
+}
+
+func num(v float64) string {
+	switch {
+	case v == float64(int64(v)) && (v >= 1000 || v <= -1000):
+		return strconv.FormatInt(int64(v), 10)
+	case v >= 100 || v <= -100:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 3, 64)
+	}
+}
+
+// find returns the first result of scenario whose variant starts with prefix.
+func find(rs []Result, scenario, prefix string) (Result, bool) {
+	for _, r := range rs {
+		if r.Scenario == scenario && strings.HasPrefix(r.Variant, prefix) {
+			return r, true
+		}
+	}
+	return Result{}, false
+}
+
+// ratios pairs mightyETL figures with the peer's from the same run.
+func ratios(mine, peers []Result) []Ratio {
+	var out []Ratio
+	add := func(scenario, mv, pv, metric, dir string) {
+		m, ok1 := find(mine, scenario, mv)
+		p, ok2 := find(peers, scenario, pv)
+		if !ok1 || !ok2 {
+			return
+		}
+		a, okA := m.Metrics[metric]
+		b, okB := p.Metrics[metric]
+		if !okA || !okB || b == 0 {
+			return
+		}
+		label := metric
+		if mv != "" || pv != "" {
+			label = fmt.Sprintf("%s [%s vs %s]", metric, strings.TrimSuffix(mv, "/"), pv)
+		}
+		out = append(out, Ratio{Scenario: scenario, Metric: label, Mighty: a, Peer: b, PeerName: p.System, Ratio: a / b, Direction: dir})
+	}
+	// Burndown: the default variant at the peer's n.
+	if p, ok := find(peers, "burndown", ""); ok {
+		add("burndown", "default/"+p.Variant, "", "jobs_per_s", "higher")
+	}
+	add("continuous", "", "", "jobs_per_s", "higher")
+	for _, pair := range [][2]string{{"nats-wakeups", "tuned"}, {"nats-wakeups", "default"}, {"poll-only", "poll-only"}} {
+		add("pickup", pair[0], pair[1], "submit_to_start_p50_ms", "lower")
+		add("pickup", pair[0], pair[1], "submit_to_start_p99_ms", "lower")
+	}
+	return out
+}
+
+// runRiverPeer runs bench/peers/river with `go run` in its own module
+// directory against a sibling database "<bench db>_river" on the same server.
+func runRiverPeer(ctx context.Context, o options) ([]Result, error) {
+	root, err := moduleRoot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pgx.ParseConfig(o.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	riverURL, err := withDatabaseName(o.DatabaseURL, cfg.Database+"_river")
+	if err != nil {
+		return nil, err
+	}
+	var scen []string
+	for _, s := range o.Scenarios {
+		if s == "burndown" || s == "continuous" || s == "pickup" {
+			scen = append(scen, s)
+		}
+	}
+	if len(scen) == 0 {
+		return nil, nil
+	}
+	args := []string{"run", ".", "-database-url", riverURL, "-scenarios", strings.Join(scen, ","),
+		"-n", strconv.Itoa(o.N), "-duration", o.Duration.String(), "-pickup-duration", o.PickupDuration.String(),
+		"-rate", strconv.FormatFloat(o.Rate, 'f', -1, 64), "-max-workers", strconv.Itoa(o.Concurrency)}
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = filepath.Join(root, "bench", "peers", "river")
+	cmd.Stderr = os.Stderr
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	runErr := cmd.Run()
+	var res []Result
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil && runErr == nil {
+		return nil, fmt.Errorf("decode river peer output: %w", err)
+	}
+	if runErr != nil {
+		return res, fmt.Errorf("river peer: %w", runErr)
+	}
+	return res, nil
+}
+
+// withDatabaseName returns url with its database (path) replaced.
+func withDatabaseName(url, name string) (string, error) {
+	i := strings.Index(url, "://")
+	if i < 0 {
+		return "", fmt.Errorf("database url is not a URL")
+	}
+	rest := url[i+3:]
+	slash := strings.IndexByte(rest, '/')
+	query := ""
+	if q := strings.IndexByte(rest, '?'); q >= 0 {
+		query = rest[q:]
+		rest = rest[:q]
+	}
+	if slash >= 0 && slash < len(rest) {
+		rest = rest[:slash]
+	}
+	return url[:i+3] + rest + "/" + name + query, nil
+}
