@@ -303,11 +303,11 @@ func (h *harness) startWorker(ctx context.Context, cfg worker.Config, handlers m
 		}
 		url += sep + h.workerURLParams
 	}
-	exec, err := pg.NewPool(ctx, url, pg.PoolOptions{MaxConns: execConns, ApplicationName: "mightyetl-worker"})
+	exec, err := pg.NewPool(ctx, url, pg.PoolOptions{MaxConns: execConns, ApplicationName: "mightyetl-worker", CustomPlans: true})
 	if err != nil {
 		return nil, err
 	}
-	renew, err := pg.NewPool(ctx, url, pg.PoolOptions{MaxConns: 2, MinConns: 1, ApplicationName: "mightyetl-renewer"})
+	renew, err := pg.NewPool(ctx, url, pg.PoolOptions{MaxConns: 2, MinConns: 1, ApplicationName: "mightyetl-renewer", CustomPlans: true})
 	if err != nil {
 		exec.Close()
 		return nil, err

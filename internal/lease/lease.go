@@ -204,6 +204,7 @@ UPDATE etl_job_records j
 SET lease_expires_at = GREATEST(j.lease_expires_at, clock_timestamp() + $4::bigint * interval '1 microsecond')
 FROM unnest($1::uuid[], $2::uuid[]) AS c(job_record_id, lease_claim_id)
 WHERE j.job_record_id = c.job_record_id
+  AND j.job_record_id = ANY($1::uuid[]) -- lets any plan probe the primary key
   AND j.job_status = 'RUNNING'
   AND j.lease_claim_id = c.lease_claim_id
   AND j.lease_owner_id = $3
@@ -287,6 +288,7 @@ WITH won AS (
         updated_at = clock_timestamp()
     FROM unnest($1::uuid[], $2::uuid[]) AS c(job_record_id, lease_claim_id)
     WHERE j.job_record_id = c.job_record_id
+      AND j.job_record_id = ANY($1::uuid[]) -- lets any plan probe the primary key
       AND j.job_status = 'RUNNING'
       AND j.lease_claim_id = c.lease_claim_id
       AND j.lease_owner_id = $3

@@ -20,6 +20,12 @@ type PoolOptions struct {
 	ApplicationName string
 	// StatementTimeout bounds every statement on the pool's connections; zero means no bound.
 	StatementTimeout time.Duration
+	// CustomPlans makes PostgreSQL plan every prepared statement for its
+	// actual parameters (plan_cache_mode = force_custom_plan). The batched
+	// lease statements take arrays whose length a generic plan cannot know;
+	// a generic plan that assumes a handful of rows turns a primary-key
+	// batch into nested scans of every RUNNING row.
+	CustomPlans bool
 }
 
 // NewPool connects a pgx pool to url and pings it once so that a bad URL or an
@@ -37,6 +43,9 @@ func NewPool(ctx context.Context, url string, opts PoolOptions) (*pgxpool.Pool, 
 	}
 	if opts.ApplicationName != "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = opts.ApplicationName
+	}
+	if opts.CustomPlans {
+		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	}
 	if opts.StatementTimeout > 0 {
 		cfg.ConnConfig.RuntimeParams["statement_timeout"] = fmt.Sprint(opts.StatementTimeout.Milliseconds())

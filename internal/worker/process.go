@@ -45,17 +45,9 @@ var ErrSchemaBehind = errors.New("database schema is not at the expected version
 // one registry for everything). provenance is logged once and exported as
 // mightyetl_worker_config_info.
 func NewProcess(ctx context.Context, cfg config.Worker, provenance []config.Setting, serveMetrics bool, log *slog.Logger) (*Process, error) {
-	execConns := int32(max(4, min(cfg.Concurrency+2, 4*runtime.GOMAXPROCS(0)+4)))
-	exec, err := pg.NewPool(ctx, cfg.DatabaseURL, pg.PoolOptions{MaxConns: execConns, ApplicationName: "mightyetl-worker"})
+	exec, renew, err := OpenPools(ctx, cfg.DatabaseURL, cfg.Concurrency)
 	if err != nil {
-		return nil, fmt.Errorf("connect execution pool: %w", err)
-	}
-	// Renewal has its own two connections: handlers holding every execution
-	// connection can never starve it.
-	renew, err := pg.NewPool(ctx, cfg.DatabaseURL, pg.PoolOptions{MaxConns: 2, MinConns: 1, ApplicationName: "mightyetl-renewer"})
-	if err != nil {
-		exec.Close()
-		return nil, fmt.Errorf("connect renewal pool: %w", err)
+		return nil, err
 	}
 	applied, expected, err := pg.SchemaVersion(ctx, exec)
 	if err != nil || applied != expected {
@@ -126,6 +118,25 @@ func (p *Process) connectNATS(ctx context.Context) error {
 	}
 	p.nc = nc
 	return nil
+}
+
+// OpenPools opens a worker's two pools on databaseURL: the execution pool
+// (claims and finishes), sized for concurrency slots and the machine, and a
+// separate two-connection renewal pool, so handlers holding every execution
+// connection can never starve renewal. Both plan each statement for its
+// actual batch (pg.PoolOptions.CustomPlans).
+func OpenPools(ctx context.Context, databaseURL string, concurrency int) (exec, renew *pgxpool.Pool, err error) {
+	execConns := int32(max(4, min(concurrency+2, 4*runtime.GOMAXPROCS(0)+4)))
+	exec, err = pg.NewPool(ctx, databaseURL, pg.PoolOptions{MaxConns: execConns, ApplicationName: "mightyetl-worker", CustomPlans: true})
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect execution pool: %w", err)
+	}
+	renew, err = pg.NewPool(ctx, databaseURL, pg.PoolOptions{MaxConns: 2, MinConns: 1, ApplicationName: "mightyetl-renewer", CustomPlans: true})
+	if err != nil {
+		exec.Close()
+		return nil, nil, fmt.Errorf("connect renewal pool: %w", err)
+	}
+	return exec, renew, nil
 }
 
 // Start connects NATS (when configured) and starts the worker and the
