@@ -389,6 +389,8 @@ func TestDatabaseClockDecidesLeaseLossWhateverTheHostThinks(t *testing.T) {
 	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(time.Hour, "", 0)})
 	cfg := fastConfig()
 	cfg.OwnerID = "clock-worker"
+	cfg.Concurrency = 1 // the running job fills the only slot: the renewal, not a reclaim, must notice
+	cfg.ShutdownGrace = 10 * time.Millisecond
 	h := newWorker(t, url, cfg, worker.Hooks{})
 	h.start(t)
 	waitFor(t, 30*time.Second, "running", func() bool { return h.w.Running() == 1 })
