@@ -230,13 +230,11 @@ func Renew(ctx context.Context, db pg.DBTX, ownerID string, refs []Ref, duration
 	if len(refs) == 0 {
 		return out, nil
 	}
-	ids := make([]uuid.UUID, len(refs))
-	claims := make([]uuid.UUID, len(refs))
+	ids, claims, err := refArrays(ownerID, refs)
+	if err != nil {
+		return nil, fmt.Errorf("renew leases: %w", err)
+	}
 	for i, r := range refs {
-		if r.OwnerID != ownerID {
-			return nil, fmt.Errorf("renew leases: claim of another owner presented")
-		}
-		ids[i], claims[i] = r.JobID, r.ClaimID
 		out[i].Ref = r
 	}
 	rows, err := db.Query(ctx, renewSQL, ids, claims, ownerID, duration.Microseconds())
@@ -262,6 +260,22 @@ func Renew(ctx context.Context, db pg.DBTX, ownerID string, refs []Ref, duration
 		}
 	}
 	return out, nil
+}
+
+// errForeignClaim: a batch presented a claim of another owner; batched
+// statements take one owner so a worker can only ever act on its own leases.
+var errForeignClaim = errors.New("claim of another owner presented")
+
+// refArrays splits refs, all of ownerID, into parallel job and claim id arrays.
+func refArrays(ownerID string, refs []Ref) (ids, claims []uuid.UUID, err error) {
+	ids, claims = make([]uuid.UUID, len(refs)), make([]uuid.UUID, len(refs))
+	for i, r := range refs {
+		if r.OwnerID != ownerID {
+			return nil, nil, errForeignClaim
+		}
+		ids[i], claims[i] = r.JobID, r.ClaimID
+	}
+	return ids, claims, nil
 }
 
 // Won is a job whose fenced success matched its exact lease.
@@ -310,13 +324,9 @@ func Succeed(ctx context.Context, tx pg.DBTX, ownerID string, refs []Ref) ([]Won
 	if len(refs) == 0 {
 		return nil, nil
 	}
-	ids := make([]uuid.UUID, len(refs))
-	claims := make([]uuid.UUID, len(refs))
-	for i, r := range refs {
-		if r.OwnerID != ownerID {
-			return nil, fmt.Errorf("succeed jobs: claim of another owner presented")
-		}
-		ids[i], claims[i] = r.JobID, r.ClaimID
+	ids, claims, err := refArrays(ownerID, refs)
+	if err != nil {
+		return nil, fmt.Errorf("succeed jobs: %w", err)
 	}
 	rows, err := tx.Query(ctx, succeedSQL, ids, claims, ownerID)
 	if err != nil {

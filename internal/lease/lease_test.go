@@ -279,3 +279,29 @@ func TestSucceedManyDecidesEachJobByItsOwnLease(t *testing.T) {
 		}
 	}
 }
+
+// A worker can present only its own claims: a batch with another owner's
+// claim is refused before any statement runs, and a forged ref naming the
+// victim's owner still needs the victim's private claim id.
+func TestRenewAndSucceedRefuseAnotherOwnersClaim(t *testing.T) {
+	pool, _ := pgtest.NewDatabase(t)
+	insertJobs(t, pool, 2, 3)
+	ctx := context.Background()
+	mine := claim(t, pool, "worker-mine", 1, time.Minute).Claimed[0]
+	theirs := claim(t, pool, "worker-theirs", 1, time.Minute).Claimed[0]
+	if _, err := lease.Renew(ctx, pool, "worker-mine", []lease.Ref{mine.Ref, theirs.Ref}, time.Hour); err == nil {
+		t.Fatal("renew accepted another owner's claim")
+	}
+	err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		_, err := lease.Succeed(ctx, tx, "worker-mine", []lease.Ref{theirs.Ref})
+		return err
+	})
+	if err == nil {
+		t.Fatal("succeed accepted another owner's claim")
+	}
+	forged := lease.Ref{JobID: theirs.JobID, ClaimID: uuid.New(), OwnerID: theirs.OwnerID}
+	ren, err := lease.Renew(ctx, pool, forged.OwnerID, []lease.Ref{forged}, time.Hour)
+	if err != nil || ren[0].Renewed {
+		t.Fatalf("a guessed claim id renewed: %+v %v", ren, err)
+	}
+}
