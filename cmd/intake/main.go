@@ -37,6 +37,9 @@ func run(args []string, getenv func(string) string) int {
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "intake: configuration: %v\n", err)
+		if rerr := config.RecordRejection(getenv(config.RejectionTextfileEnv), "intake"); rerr != nil {
+			fmt.Fprintf(os.Stderr, "intake: could not record the rejection in %s\n", config.RejectionTextfileEnv)
+		}
 		return 2
 	}
 	authn, err := cfg.Authenticator()

@@ -31,6 +31,9 @@ func run() int {
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "worker: invalid configuration: %v\n", err)
+		if rerr := config.RecordRejection(os.Getenv(config.RejectionTextfileEnv), "worker"); rerr != nil {
+			fmt.Fprintf(os.Stderr, "worker: could not record the rejection in %s\n", config.RejectionTextfileEnv)
+		}
 		return 2
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "worker")

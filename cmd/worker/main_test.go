@@ -152,8 +152,9 @@ func TestBinaryRejectsBadConfigurationWithOneLine(t *testing.T) {
 	}
 	for name, env := range cases {
 		t.Run(name, func(t *testing.T) {
+			textfiles := t.TempDir()
 			cmd := exec.Command(workerBinary(t))
-			cmd.Env = append(os.Environ(), env...)
+			cmd.Env = append(append(os.Environ(), env...), "MIGHTYETL_METRICS_TEXTFILE_DIR="+textfiles)
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			err := cmd.Run()
@@ -164,6 +165,11 @@ func TestBinaryRejectsBadConfigurationWithOneLine(t *testing.T) {
 			lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 			if len(lines) != 1 || !strings.Contains(lines[0], "MIGHTYETL_") {
 				t.Fatalf("want one line naming the setting, got %q", stderr.String())
+			}
+			// The rejection is counted where a textfile collector exports it.
+			prom, err := os.ReadFile(filepath.Join(textfiles, "mightyetl_worker_config_rejections.prom"))
+			if err != nil || !strings.Contains(string(prom), `mightyetl_config_rejections_total{binary="worker"} 1`) {
+				t.Fatalf("rejection metric: %q %v", prom, err)
 			}
 		})
 	}

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -87,5 +89,24 @@ func TestBadValuesNameTheSettingAndRange(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), name+":") || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%s: got %v", name, err)
 		}
+	}
+}
+
+func TestRecordRejectionCountsInATextfile(t *testing.T) {
+	dir := t.TempDir()
+	for range 2 {
+		if err := RecordRejection(dir, "worker"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "mightyetl_worker_config_rejections.prom"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `mightyetl_config_rejections_total{binary="worker"} 2`) {
+		t.Fatalf("textfile:\n%s", b)
+	}
+	if err := RecordRejection("", "worker"); err != nil {
+		t.Fatal("empty dir must do nothing")
 	}
 }
