@@ -22,7 +22,6 @@ const (
 	maxPruneWindow     = 10 * 365 * 24 * time.Hour
 )
 
-
 // runPrune serves `etlctl prune`: it deletes terminal jobs and response-ledger
 // rows older than their windows (database clock) in bounded batches and
 // prints how many it deleted. Jobs a replay references are always kept.
