@@ -4,7 +4,7 @@ STATICCHECK   ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PROMTOOL      ?= promtool
 BIN           := bin
 
-.PHONY: help run test lint vet staticcheck unit rules build bench-smoke fmt
+.PHONY: help run test vet fmtcheck staticcheck unit rules build fmt
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -12,7 +12,10 @@ help: ## list the targets
 run: ## run the whole system in one process (etlctl dev)
 	$(GO) run ./cmd/etlctl dev
 
-test: vet staticcheck rules unit ## the README's test command: vet, staticcheck, rule checks, go test -race
+test: fmtcheck vet staticcheck rules unit ## the README's test command: gofmt, vet, staticcheck, rule checks, go test -race
+
+fmtcheck: ## fail when a Go file is not gofmt-clean
+	@files=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$files" ]; then echo "gofmt needed:"; echo "$$files"; exit 1; fi
 
 vet: ## go vet
 	$(GO) vet ./...
