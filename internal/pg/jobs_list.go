@@ -32,9 +32,10 @@ type ListParams struct {
 
 // ListJobs returns up to p.Limit of the owner's jobs, newest first
 // (created_at DESC, job_record_id DESC). The keyset predicate and order match
-// etl_job_owner_pagination_index (and etl_job_owner_status_pagination_index
-// with a status), so a page costs O(limit) index entries whatever the table
-// size. Rows inserted while a client pages sort before its cursor and are
+// etl_job_owner_pagination_index, so a page costs O(limit) index entries
+// whatever the table size; with a status filter it reads the owner's entries
+// until limit of them match (a dedicated status index was dropped in
+// migration 00004 because every job transition paid for it). Rows inserted while a client pages sort before its cursor and are
 // never returned twice.
 func ListJobs(ctx context.Context, db DBTX, p ListParams) ([]Job, error) {
 	if p.Limit < 1 {
