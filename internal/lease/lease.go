@@ -76,26 +76,28 @@ const (
 // with (SELECT clock_timestamp()), an init-plan evaluated once per statement,
 // so the partial indexes are range-scanned up to "now" (a volatile call in
 // the predicate itself would force a full walk of every PENDING and RUNNING
-// entry, O(backlog) instead of O(batch)).
+// entry, O(backlog) instead of O(batch)). Each candidate carries whether it
+// is exhausted (read under its row lock), so each UPDATE touches only its own
+// share of the batch.
 const claimSQL = `
 WITH expired AS (
-    SELECT job_record_id, lease_expires_at AS eligible_since
+    SELECT job_record_id, lease_expires_at AS eligible_since, attempt_count >= max_attempts AS exhausted
     FROM etl_job_records
     WHERE job_status = 'RUNNING' AND lease_expires_at <= (SELECT clock_timestamp())
     ORDER BY lease_expires_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
 ), pending AS (
-    SELECT job_record_id, available_at AS eligible_since
+    SELECT job_record_id, available_at AS eligible_since, false AS exhausted
     FROM etl_job_records
     WHERE job_status = 'PENDING' AND available_at <= (SELECT clock_timestamp())
     ORDER BY available_at, job_record_id
     LIMIT $1
     FOR UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT job_record_id, eligible_since FROM expired
+    SELECT job_record_id, eligible_since, exhausted FROM expired
     UNION ALL
-    SELECT job_record_id, eligible_since FROM pending
+    SELECT job_record_id, eligible_since, exhausted FROM pending
     ORDER BY eligible_since
     LIMIT $1
 ), exhausted AS (
@@ -107,7 +109,8 @@ WITH expired AS (
         lease_expires_at = NULL, lease_fencing_token = NULL,
         updated_at = clock_timestamp()
     FROM picked p
-    WHERE j.job_record_id = p.job_record_id
+    WHERE p.exhausted
+      AND j.job_record_id = p.job_record_id
       AND j.job_status = 'RUNNING' AND j.attempt_count >= j.max_attempts
     RETURNING j.job_record_id, j.attempt_count
 ), exhausted_events AS (
@@ -124,7 +127,8 @@ WITH expired AS (
         lease_fencing_token = nextval('etl_lease_fencing_token_sequence'),
         updated_at = clock_timestamp()
     FROM picked p
-    WHERE j.job_record_id = p.job_record_id
+    WHERE NOT p.exhausted
+      AND j.job_record_id = p.job_record_id
       AND NOT (j.job_status = 'RUNNING' AND j.attempt_count >= j.max_attempts)
     RETURNING j.job_record_id, j.job_kind, j.lease_claim_id, j.lease_fencing_token,
               j.lease_expires_at, j.attempt_count, j.max_attempts,
