@@ -35,6 +35,9 @@ func (w *Worker) finishSuccess(r *running, out Output) string {
 			w.markLost(r, metrics.LostFencedWrite)
 			return w.classifyLost(r)
 		}
+		if w.hooks.WriteFailed != nil {
+			w.hooks.WriteFailed()
+		}
 		if !w.sleepWithinLease(r, time.Duration(50<<i)*time.Millisecond) {
 			break
 		}

@@ -110,6 +110,9 @@ func (w *Worker) fencedWrite(r *running, success string, write func(ctx context.
 			w.markLost(r, metrics.LostFencedWrite)
 			return w.classifyLost(r)
 		}
+		if w.hooks.WriteFailed != nil {
+			w.hooks.WriteFailed()
+		}
 		if !w.sleepWithinLease(r, time.Duration(50<<i)*time.Millisecond) {
 			break
 		}

@@ -334,3 +334,44 @@ func TestReclaimOfOwnExpiredJobStopsTheOlderHandler(t *testing.T) {
 		t.Fatal("the new claim was not released on shutdown")
 	}
 }
+
+// A database connection lost under a finish or a fenced failure write loses
+// no job: nothing half-commits, the write is tried again while the lease is
+// ours, and the job ends exactly once.
+func TestLostConnectionDuringFinishLosesNoJob(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	proxy := pgtest.NewProxy(t, url)
+	ids := insert(t, pool, jobSpec{payload: records(3, "cut")}, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(0, "permanent", 0)})
+	var cuts, restores atomic.Int32
+	cfg := fastConfig()
+	cfg.Concurrency = 1 // one job at a time: each finish meets its own cut
+	h := newWorkerWith(t, proxy.URL(url), cfg, worker.Hooks{
+		BeforeFinish: func(*lease.Claim) {
+			cuts.Add(1)
+			proxy.Cut() // every execution connection breaks before the write
+		},
+		WriteFailed: func() {
+			restores.Add(1)
+			proxy.Restore() // the path comes back; the retry must land
+		},
+	}, harnessOptions{renewURL: url})
+	h.start(t)
+	waitFor(t, 60*time.Second, "both jobs finished", func() bool {
+		return h.outcome(metrics.OutcomeSucceeded) == 1 && h.outcome(metrics.OutcomeFailed) == 1
+	})
+	if cuts.Load() != 2 || restores.Load() < 2 {
+		t.Fatalf("cuts %d restores %d: the writes did not meet a broken connection", cuts.Load(), restores.Load())
+	}
+	if st, attempts, _ := jobState(t, pool, ids[0]); st != pg.StatusSucceeded || attempts != 1 {
+		t.Fatalf("job 0: %s attempts %d", st, attempts)
+	}
+	if st, _, code := jobState(t, pool, ids[1]); st != pg.StatusFailed || code == nil || *code != worker.CodeDiagnosticFailure {
+		t.Fatalf("job 1: %s %v", st, code)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM processed_data WHERE job_record_id=$1`, ids[0]); n != 3 {
+		t.Fatalf("processed rows %d, want 3", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM etl_outbox_events WHERE event_kind='job_lifecycle'`); n != 2 {
+		t.Fatalf("lifecycle events %d, want 2", n)
+	}
+}

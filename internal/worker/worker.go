@@ -121,6 +121,9 @@ type Hooks struct {
 	BeforeRenew func()
 	// AfterClaim runs after every claim statement with the number claimed.
 	AfterClaim func(claimed int)
+	// WriteFailed runs when a finish or fenced write failed with a database
+	// error (not a lost lease), before it is tried again.
+	WriteFailed func()
 }
 
 // running is one held claim.
