@@ -31,6 +31,7 @@ func runPrune(args []string) int {
 		databaseURL     string
 		jobsOlderThan   time.Duration
 		ledgerOlderThan time.Duration
+		outboxOlderThan time.Duration
 		batch           int
 		timeout         time.Duration
 	)
@@ -40,6 +41,8 @@ func runPrune(args []string) int {
 		defaultPruneWindow, 0, maxPruneWindow, "delete SUCCEEDED/FAILED/CANCELLED jobs unchanged for this long (0 skips)")
 	l.Duration(&ledgerOlderThan, "MIGHTYETL_PRUNE_LEDGER_OLDER_THAN", "ledger-older-than",
 		defaultPruneWindow, 0, maxPruneWindow, "delete response-ledger rows older than this (0 skips)")
+	l.Duration(&outboxOlderThan, "MIGHTYETL_PRUNE_OUTBOX_OLDER_THAN", "outbox-older-than",
+		defaultPruneWindow, 0, maxPruneWindow, "delete outbox events no relay published within this long (0 skips)")
 	l.Int(&batch, "MIGHTYETL_PRUNE_BATCH", "batch", pg.DefaultPruneBatch, 1, 100000, "rows per DELETE statement")
 	l.Duration(&timeout, "MIGHTYETL_PRUNE_TIMEOUT", "timeout", time.Hour, time.Second, 24*time.Hour,
 		"give up after this long (rows already deleted stay deleted)")
@@ -55,7 +58,7 @@ func runPrune(args []string) int {
 	for _, w := range []struct {
 		name string
 		d    time.Duration
-	}{{"-terminal-jobs-older-than", jobsOlderThan}, {"-ledger-older-than", ledgerOlderThan}} {
+	}{{"-terminal-jobs-older-than", jobsOlderThan}, {"-ledger-older-than", ledgerOlderThan}, {"-outbox-older-than", outboxOlderThan}} {
 		if w.d != 0 && w.d < minPruneWindow {
 			fmt.Fprintf(os.Stderr, "etlctl prune: invalid configuration: %s: must be 0 (skip) or at least %s\n", w.name, minPruneWindow)
 			return 2
@@ -87,6 +90,14 @@ func runPrune(args []string) int {
 	if ledgerOlderThan > 0 {
 		n, err := pg.PruneLedger(ctx, pool, ledgerOlderThan, batch)
 		fmt.Printf("pruned %d ledger rows older than %s\n", n, ledgerOlderThan)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "etlctl prune: %v\n", err)
+			status = 1
+		}
+	}
+	if outboxOlderThan > 0 {
+		n, err := pg.PruneOutbox(ctx, pool, outboxOlderThan, batch)
+		fmt.Printf("pruned %d unpublished outbox events older than %s\n", n, outboxOlderThan)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "etlctl prune: %v\n", err)
 			status = 1

@@ -78,6 +78,31 @@ func PruneLedger(ctx context.Context, db DBTX, olderThan time.Duration, limit in
 	return prune(ctx, db, "prune ledger", pruneLedgerSQL, olderThan, limit)
 }
 
+// pruneOutboxSQL deletes outbox rows no relay published within the window
+// (NATS absent or down that long). It walks the primary key, oldest first:
+// ids grow with time, so old rows come first.
+const pruneOutboxSQL = `
+WITH doomed AS (
+    SELECT outbox_event_id
+    FROM etl_outbox_events
+    WHERE occurred_at < clock_timestamp() - $1::bigint * interval '1 microsecond'
+    ORDER BY outbox_event_id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM etl_outbox_events o USING doomed d WHERE o.outbox_event_id = d.outbox_event_id`
+
+// PruneOutbox deletes outbox rows older than olderThan (database clock) in
+// batches of at most limit rows and returns how many it deleted. Only the
+// relay deletes published rows; without a relay (NATS_URL unset) or during a
+// long NATS outage, this keeps the outbox bounded. Wake-ups and revocations
+// are advisory; a lifecycle event older than the window is dropped
+// undelivered (the lifecycle stream keeps 7 days, so use a window at least
+// that long when consumers rely on those events).
+func PruneOutbox(ctx context.Context, db DBTX, olderThan time.Duration, limit int) (int64, error) {
+	return prune(ctx, db, "prune outbox", pruneOutboxSQL, olderThan, limit)
+}
+
 func prune(ctx context.Context, db DBTX, what, sql string, olderThan time.Duration, limit int) (int64, error) {
 	if olderThan <= 0 {
 		return 0, fmt.Errorf("%s: window %s is not positive", what, olderThan)

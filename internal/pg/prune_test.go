@@ -148,3 +148,24 @@ func TestPruneLedger(t *testing.T) {
 		t.Error("zero window accepted")
 	}
 }
+
+func TestPruneOutbox(t *testing.T) {
+	pool, _ := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, attempt_count)
+		SELECT 'job_lifecycle', gen_random_uuid(), 'SUCCEEDED', 1 FROM generate_series(1, 5)`); err != nil {
+		t.Fatal(err)
+	}
+	// The three oldest were never published for eight days.
+	if _, err := pool.Exec(ctx, `UPDATE etl_outbox_events SET occurred_at = clock_timestamp() - interval '8 days'
+		WHERE outbox_event_id IN (SELECT outbox_event_id FROM etl_outbox_events ORDER BY outbox_event_id LIMIT 3)`); err != nil {
+		t.Fatal(err)
+	}
+	n, err := pg.PruneOutbox(ctx, pool, 168*time.Hour, 2)
+	if err != nil || n != 3 {
+		t.Fatalf("pruned %d %v", n, err)
+	}
+	if left := countRows(t, pool, `SELECT count(*) FROM etl_outbox_events`); left != 2 {
+		t.Fatalf("left %d", left)
+	}
+}
