@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,29 +20,15 @@ type finishReq struct {
 }
 
 // finishSuccess hands a successful result to the completers and waits for
-// its commit. A database error is retried while the lease is ours.
+// its commit, through fencedWrite: a database error is retried while the
+// lease is ours; a lost lease is final. (The completer bounds the finish
+// transaction with its own timeout.)
 func (w *Worker) finishSuccess(r *running, out Output) string {
-	var err error
-	for i := range writeAttempts {
+	return w.fencedWrite(r, metrics.OutcomeSucceeded, func(context.Context) error {
 		req := &finishReq{r: r, out: out, reply: make(chan error, 1)}
 		w.finishQ <- req
-		err = <-req.reply
-		if err == nil {
-			return metrics.OutcomeSucceeded
-		}
-		if errors.Is(err, lease.ErrLost) {
-			w.markLost(r, metrics.LostFencedWrite)
-			return w.classifyLost(r)
-		}
-		if w.hooks.WriteFailed != nil {
-			w.hooks.WriteFailed()
-		}
-		if !w.sleepWithinLease(r, time.Duration(50<<i)*time.Millisecond) {
-			break
-		}
-	}
-	w.log.Warn("finish failed; the claim is abandoned to expire", "error_class", errorClass(err))
-	return ""
+		return <-req.reply
+	})
 }
 
 // completer commits finished jobs in groups: whatever is queued when a
