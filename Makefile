@@ -23,8 +23,11 @@ vet: ## go vet
 staticcheck: ## staticcheck
 	$(STATICCHECK) ./...
 
-rules: ## promtool check and unit-test the Prometheus alert rules
-	@if [ -d deploy/prometheus ]; then \
+rules: ## promtool check and unit-test the Prometheus alert rules (required under CI=true)
+	@if ! command -v $(PROMTOOL) >/dev/null 2>&1; then \
+	  if [ "$$CI" = "true" ]; then echo "promtool is required in CI (apt-get install prometheus)"; exit 1; fi; \
+	  echo "promtool not installed: skipping the alert-rule checks (apt-get install prometheus)"; \
+	else \
 	  $(PROMTOOL) check rules deploy/prometheus/*.rules.yml && \
 	  $(PROMTOOL) test rules deploy/prometheus/tests/*.yml; \
 	fi
