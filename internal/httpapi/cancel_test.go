@@ -173,7 +173,7 @@ func TestCancelRunning(t *testing.T) {
 	if err := lease.Retry(ctx, e.pool, c.Ref, 0); err != lease.ErrLost {
 		t.Errorf("retry after cancel: %v", err)
 	}
-	if st, _ := lease.JobStatus(ctx, e.pool, c.JobID); st != "CANCELLED" {
+	if st, _ := lease.InspectLost(ctx, e.pool, c.JobID); st.Status != "CANCELLED" {
 		t.Errorf("status %s", st)
 	}
 }
@@ -203,7 +203,7 @@ func TestCancelAfterSuccess(t *testing.T) {
 	}
 	res := <-done
 	checkProblem(t, res, "/api/etl/jobs/"+s.JobRecordID+"/cancellation", 409, "etl_job_already_succeeded")
-	if st, _ := lease.JobStatus(ctx, e.pool, c.JobID); st != "SUCCEEDED" {
+	if st, _ := lease.InspectLost(ctx, e.pool, c.JobID); st.Status != "SUCCEEDED" {
 		t.Errorf("status %s", st)
 	}
 }

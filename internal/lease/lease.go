@@ -462,21 +462,6 @@ func execFenced(ctx context.Context, db pg.DBTX, what, sql string, ref Ref, extr
 	return nil
 }
 
-// JobStatus reads a job's current status, to classify a lost lease
-// ("CANCELLED" counts as cancelled, anything else as stale). It returns
-// pg.ErrNotFound when the job does not exist.
-func JobStatus(ctx context.Context, db pg.DBTX, jobID uuid.UUID) (string, error) {
-	var s string
-	err := db.QueryRow(ctx, `SELECT job_status FROM etl_job_records WHERE job_record_id = $1`, jobID).Scan(&s)
-	if pg.IsNoRows(err) {
-		return "", pg.ErrNotFound
-	}
-	if err != nil {
-		return "", fmt.Errorf("read job status: %w", err)
-	}
-	return s, nil
-}
-
 // LostState is what a worker reads after losing a lease, to classify the loss.
 type LostState struct {
 	// Status is the job's current status.

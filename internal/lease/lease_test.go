@@ -66,11 +66,11 @@ func expire(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) {
 
 func status(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) string {
 	t.Helper()
-	s, err := lease.JobStatus(context.Background(), pool, id)
+	s, err := lease.InspectLost(context.Background(), pool, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return s.Status
 }
 
 func TestClaimTakesOldestFirstWithFreshLeases(t *testing.T) {

@@ -165,9 +165,6 @@ func New(cfg Config, exec, renew *pgxpool.Pool, handlers map[string]Handler, m *
 // SetHooks installs test hooks; call before Start.
 func (w *Worker) SetHooks(h Hooks) { w.hooks = h }
 
-// OwnerID returns the lease owner id this worker claims with.
-func (w *Worker) OwnerID() string { return w.cfg.OwnerID }
-
 // Start launches the producer, renewer and completers and returns at once.
 // It returns an error when called twice.
 func (w *Worker) Start(ctx context.Context) error {
