@@ -1,14 +1,14 @@
 // Package health serves the liveness and readiness endpoints and the
-// Prometheus registry of a process.
+// Prometheus registry of a process. The intake and the worker both use it.
 //
 // /healthz answers 200 while the process runs. /readyz answers 200 only when
 // the database answers and its schema is at the version this binary expects;
-// otherwise 503 with a fixed reason word (never error text).
+// otherwise 503 with a fixed reason (never error text). Bodies are
+// text/plain and every response carries Cache-Control: no-store.
 package health
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"time"
 
@@ -18,38 +18,46 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Register adds /healthz, /readyz and /metrics to mux.
+// Register adds GET /healthz, /readyz and /metrics to mux. A nil pool makes
+// /readyz answer 503 "no database".
 func Register(mux *http.ServeMux, pool *pgxpool.Pool, gatherer prometheus.Gatherer) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		write(w, http.StatusOK, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		status, reason := Ready(r.Context(), pool)
-		write(w, status, reason)
+		if reason := NotReady(r.Context(), pool); reason != "" {
+			write(w, http.StatusServiceUnavailable, "not ready: "+reason)
+			return
+		}
+		write(w, http.StatusOK, "ready")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 }
 
-// Ready checks the database and the schema version.
-func Ready(ctx context.Context, pool *pgxpool.Pool) (int, string) {
+// NotReady checks the database and the schema version and returns a fixed
+// reason, or "" when ready.
+func NotReady(ctx context.Context, pool *pgxpool.Pool) string {
+	if pool == nil {
+		return "no database"
+	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if err := pool.Ping(ctx); err != nil {
-		return http.StatusServiceUnavailable, "database_unavailable"
+		return "database unreachable"
 	}
 	applied, expected, err := pg.SchemaVersion(ctx, pool)
 	if err != nil {
-		return http.StatusServiceUnavailable, "database_unavailable"
+		return "schema version unknown"
 	}
 	if applied != expected {
-		return http.StatusServiceUnavailable, "schema_version_mismatch"
+		return "schema version mismatch"
 	}
-	return http.StatusOK, "ready"
+	return ""
 }
 
-func write(w http.ResponseWriter, status int, word string) {
-	w.Header().Set("Content-Type", "application/json")
+func write(w http.ResponseWriter, status int, text string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]string{"status": word})
+	_, _ = w.Write([]byte(text + "\n"))
 }

@@ -16,8 +16,6 @@ import (
 // jobsPath is the base path of the job resources.
 const jobsPath = "/api/etl/jobs"
 
-var schemaVersion = pg.SchemaVersion
-
 // submitResponse is the body of 202 Accepted (new or replayed submission).
 type submitResponse struct {
 	JobRecordID string `json:"jobRecordId"`

@@ -100,47 +100,6 @@ func (a *api) authenticated(h apiHandler) http.Handler {
 	})
 }
 
-// healthz answers 200 while the process serves requests.
-func healthz(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	_, _ = w.Write([]byte("ok\n"))
-}
-
-// readyz answers 200 when the database answers and its schema is at the
-// version this binary expects, 503 otherwise (with a fixed reason).
-func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	reason := a.notReady(r.Context())
-	if reason != "" {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = w.Write([]byte("not ready: " + reason + "\n"))
-		return
-	}
-	_, _ = w.Write([]byte("ready\n"))
-}
-
-func (a *api) notReady(ctx context.Context) string {
-	pool := a.opts.Pool
-	if pool == nil {
-		return "no database"
-	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if err := pool.Ping(ctx); err != nil {
-		return "database unreachable"
-	}
-	applied, expected, err := schemaVersion(ctx, pool)
-	if err != nil {
-		return "schema version unknown"
-	}
-	if applied != expected {
-		return "schema version mismatch"
-	}
-	return ""
-}
-
 // stripWeak returns an entity tag without its weakness indicator.
 func stripWeak(tag string) string { return strings.TrimPrefix(tag, "W/") }
 

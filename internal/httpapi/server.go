@@ -13,10 +13,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mightyetl/mightyetl/internal/auth"
+	"github.com/mightyetl/mightyetl/internal/health"
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // Limits of the request body (MIGHTYETL_MAX_PAYLOAD_BYTES).
@@ -121,9 +121,7 @@ func NewHandler(opts Options) (http.Handler, error) {
 		allow("/api/etl/diagnostic-jobs", "POST")
 	}
 	route("/api/", func(w http.ResponseWriter, r *http.Request, _ string) { writeProblem(w, r, codeRouteNotFound) })
-	mux.HandleFunc("GET /healthz", healthz)
-	mux.HandleFunc("GET /readyz", a.readyz)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
+	health.Register(mux, opts.Pool, opts.Gatherer)
 	return a.instrument(mux), nil
 }
 
