@@ -1,10 +1,3 @@
-// Package metrics holds every Prometheus collector of mightyETL and the
-// finite set of label values each one takes. Collectors are plain structs
-// registered on the prometheus.Registerer passed to their constructor; there
-// are no package-level collectors and no global registry.
-//
-// Label values are always one of the constants declared next to the
-// collector: never an id, a principal, a key, a hash, SQL or error text.
 package metrics
 
 import (

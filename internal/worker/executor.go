@@ -107,7 +107,7 @@ func (w *Worker) fencedWrite(r *running, success string, write func(ctx context.
 			return success
 		}
 		if errors.Is(err, lease.ErrLost) {
-			w.markLost(r, metrics.LostFencedWrite)
+			w.markLost(r, metrics.LostFencedWrite, ErrLeaseLost)
 			return w.classifyLost(r)
 		}
 		if w.hooks.WriteFailed != nil {

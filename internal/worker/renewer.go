@@ -119,7 +119,7 @@ func (w *Worker) dropExpired(rs []*running) []*running {
 		switch {
 		case !held:
 		case gone:
-			w.markLost(r, metrics.LostMarginGone)
+			w.markLost(r, metrics.LostMarginGone, ErrLeaseLost)
 		default:
 			keep = append(keep, r)
 		}
@@ -145,6 +145,6 @@ func (w *Worker) applyRenewals(rs []*running, res []lease.Renewal, sent time.Tim
 			continue
 		}
 		w.m.Renewals.WithLabelValues(metrics.RenewalStale).Inc()
-		w.markLost(r, metrics.LostNotRenewed)
+		w.markLost(r, metrics.LostNotRenewed, ErrLeaseLost)
 	}
 }

@@ -135,7 +135,6 @@ type running struct {
 	localDeadline time.Time
 	cancel        context.CancelCauseFunc
 	lost          bool // renewal stopped for this claim
-	lostReason    string
 	started       time.Time
 	sinceCancel   time.Duration
 }
@@ -189,9 +188,7 @@ func (w *Worker) Start(ctx context.Context) error {
 
 // Wake asks the producer to claim now (an advisory wake-up). Never blocks.
 func (w *Worker) Wake() {
-	if w.m != nil {
-		w.m.WakeupsReceived.Inc()
-	}
+	w.m.WakeupsReceived.Inc()
 	select {
 	case w.wake <- struct{}{}:
 	default:
@@ -202,21 +199,12 @@ func (w *Worker) Wake() {
 // holds it; otherwise it does nothing. Revocations are advisory: the
 // database decides, and the handler's finish stays fenced either way.
 func (w *Worker) Revoke(jobID uuid.UUID) {
-	if w.m != nil {
-		w.m.RevocationsHeard.Inc()
-	}
+	w.m.RevocationsHeard.Inc()
 	w.mu.Lock()
 	r, ok := w.byJob[jobID]
-	first := ok && !r.lost
-	if first {
-		r.lost, r.lostReason = true, metrics.LostRevoked
-	}
 	w.mu.Unlock()
-	if first {
-		w.m.ClaimsLost.WithLabelValues(metrics.LostRevoked).Inc()
-	}
 	if ok {
-		r.cancel(ErrRevoked)
+		w.markLost(r, metrics.LostRevoked, ErrRevoked)
 	}
 }
 
@@ -345,7 +333,7 @@ func (w *Worker) launch(c lease.Claim, sent time.Time) {
 	w.m.RunningJobs.Set(float64(w.running))
 	w.mu.Unlock()
 	if old != nil {
-		w.markLost(old, metrics.LostSuperseded)
+		w.markLost(old, metrics.LostSuperseded, ErrLeaseLost)
 	}
 	w.execWG.Add(1)
 	go w.execute(ctx, r)
@@ -370,18 +358,18 @@ func (w *Worker) done(r *running) {
 	}
 }
 
-// markLost stops renewal for r and cancels its handler with ErrLeaseLost.
-func (w *Worker) markLost(r *running, reason string) {
+// markLost stops renewal for r, counts the loss once under reason and
+// cancels its handler with cause (ErrLeaseLost, or ErrRevoked for a
+// revocation).
+func (w *Worker) markLost(r *running, reason string, cause error) {
 	w.mu.Lock()
 	first := !r.lost
-	if first {
-		r.lost, r.lostReason = true, reason
-	}
+	r.lost = true
 	w.mu.Unlock()
 	if first {
 		w.m.ClaimsLost.WithLabelValues(reason).Inc()
 	}
-	r.cancel(ErrLeaseLost)
+	r.cancel(cause)
 }
 
 // backoff is full-jitter exponential: uniform in [0, min(max, base·2^(attempt-1))].
