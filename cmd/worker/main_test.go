@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
+	"github.com/mightyetl/mightyetl/internal/testwait"
 )
 
 var (
@@ -87,17 +88,6 @@ func insertJob(t *testing.T, pool *pgxpool.Pool, kind, payload string) uuid.UUID
 	return ins[0].JobID
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func statusOf(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) (status string, owner *string) {
 	t.Helper()
 	if err := pool.QueryRow(context.Background(), `SELECT job_status, lease_owner_id FROM etl_job_records WHERE job_record_id=$1`, id).Scan(&status, &owner); err != nil {
@@ -113,7 +103,7 @@ func TestBinaryRunsJobsAndDrainsOnSIGTERM(t *testing.T) {
 		ids = append(ids, insertJob(t, pool, pg.KindETLRecords, fmt.Sprintf(`[{"id":"r%d","name":"ada","email":"ADA@EXAMPLE.COM","amount":"1.005"}]`, i)))
 	}
 	p := startWorker(t, "DATABASE_URL="+url, "MIGHTYETL_METRICS_ADDR=127.0.0.1:0", "MIGHTYETL_WORKER_POLL_INTERVAL=50ms")
-	waitFor(t, time.Minute, "jobs succeeded", func() bool {
+	testwait.For(t, time.Minute, "jobs succeeded", func() bool {
 		var n int
 		_ = pool.QueryRow(context.Background(), `SELECT count(*) FROM etl_job_records WHERE job_status='SUCCEEDED'`).Scan(&n)
 		return n == len(ids)
@@ -186,7 +176,7 @@ func TestSIGKILLedWorkersJobIsReclaimedAfterDatabaseExpiry(t *testing.T) {
 	common := []string{"DATABASE_URL=" + url, "MIGHTYETL_METRICS_ADDR=127.0.0.1:0", "MIGHTYETL_WORKER_POLL_INTERVAL=50ms",
 		"MIGHTYETL_LEASE_DURATION=2s", "MIGHTYETL_LEASE_RENEW_INTERVAL=500ms", "MIGHTYETL_LEASE_SAFETY_MARGIN=500ms"}
 	a := startWorker(t, append(common, "MIGHTYETL_WORKER_ID=crash-worker-a")...)
-	waitFor(t, time.Minute, "A holds the job", func() bool {
+	testwait.For(t, time.Minute, "A holds the job", func() bool {
 		st, owner := statusOf(t, pool, id)
 		return st == "RUNNING" && owner != nil && *owner == "crash-worker-a"
 	})
@@ -201,7 +191,7 @@ func TestSIGKILLedWorkersJobIsReclaimedAfterDatabaseExpiry(t *testing.T) {
 	b := startWorker(t, append(common, "MIGHTYETL_WORKER_ID=crash-worker-b")...)
 	var reclaimed time.Duration
 	var tokenB *int64
-	waitFor(t, time.Minute, "B holds the job", func() bool {
+	testwait.For(t, time.Minute, "B holds the job", func() bool {
 		var st string
 		var owner *string
 		if err := pool.QueryRow(context.Background(), `SELECT job_status, lease_owner_id, lease_fencing_token FROM etl_job_records WHERE job_record_id=$1`, id).Scan(&st, &owner, &tokenB); err != nil {
@@ -220,7 +210,7 @@ func TestSIGKILLedWorkersJobIsReclaimedAfterDatabaseExpiry(t *testing.T) {
 		t.Fatalf("B's fencing token %d not greater than A's %d", *tokenB, tokenA)
 	}
 	t.Logf("crash-to-reclaim %v (lease 2s)", reclaimed)
-	waitFor(t, time.Minute, "job succeeded", func() bool { st, _ := statusOf(t, pool, id); return st == "SUCCEEDED" })
+	testwait.For(t, time.Minute, "job succeeded", func() bool { st, _ := statusOf(t, pool, id); return st == "SUCCEEDED" })
 	var rows, attempts int
 	if err := pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM processed_data WHERE job_record_id=$1), attempt_count FROM etl_job_records WHERE job_record_id=$1`, id).Scan(&rows, &attempts); err != nil {
 		t.Fatal(err)

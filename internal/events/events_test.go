@@ -16,6 +16,7 @@ import (
 
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/natstest"
+	"github.com/mightyetl/mightyetl/internal/testwait"
 )
 
 func TestMain(m *testing.M) {
@@ -206,17 +207,6 @@ const (
 	logAvailable   = "nats connection available"
 )
 
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestConnectSurvivesOutagesAndLogsEachOnce(t *testing.T) {
 	t.Parallel()
 	srv := natstest.StartServer(t)
@@ -241,12 +231,12 @@ func TestConnectSurvivesOutagesAndLogsEachOnce(t *testing.T) {
 	// Many reconnect attempts fail in the meantime; the outage is logged once.
 	time.Sleep(200 * time.Millisecond)
 	srv.Start()
-	eventually(t, 10*time.Second, "connected", func() bool { return testutil.ToFloat64(m.Connected) == 1 })
+	testwait.For(t, 10*time.Second, "connected", func() bool { return testutil.ToFloat64(m.Connected) == 1 })
 	srv.Stop()
-	eventually(t, 10*time.Second, "disconnected", func() bool { return testutil.ToFloat64(m.Connected) == 0 })
+	testwait.For(t, 10*time.Second, "disconnected", func() bool { return testutil.ToFloat64(m.Connected) == 0 })
 	time.Sleep(200 * time.Millisecond)
 	srv.Start()
-	eventually(t, 10*time.Second, "reconnected", func() bool { return testutil.ToFloat64(m.Connected) == 1 })
+	testwait.For(t, 10*time.Second, "reconnected", func() bool { return testutil.ToFloat64(m.Connected) == 1 })
 
 	if got := logs.count(logUnavailable); got != 2 {
 		t.Errorf("outage log lines = %d, want 2 (one per outage)", got)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/natstest"
+	"github.com/mightyetl/mightyetl/internal/testwait"
 )
 
 type call struct {
@@ -97,7 +98,7 @@ func newRequestFixture(t *testing.T, h RequestHandler) requestFixture {
 		_ = js.DeleteStream(ctx, s.RequestsStream())
 	})
 	// Wait until the stream exists before publishing.
-	eventually(t, 10*time.Second, "request stream", func() bool {
+	testwait.For(t, 10*time.Second, "request stream", func() bool {
 		_, err := js.Stream(t.Context(), s.RequestsStream())
 		return err == nil
 	})
@@ -138,7 +139,7 @@ func (f requestFixture) requestsSubject(t *testing.T, principal string) string {
 // older servers until its age limit, but it is never redelivered.)
 func (f requestFixture) settled(t *testing.T) {
 	t.Helper()
-	eventually(t, 10*time.Second, "nothing pending and nothing unacknowledged", func() bool {
+	testwait.For(t, 10*time.Second, "nothing pending and nothing unacknowledged", func() bool {
 		cons, err := f.js.Consumer(t.Context(), f.subjects.RequestsStream(), "mightyetl-intake")
 		if err != nil {
 			return false
@@ -151,7 +152,7 @@ func (f requestFixture) settled(t *testing.T) {
 // streamEmpty waits until acknowledged messages have left the work queue.
 func (f requestFixture) streamEmpty(t *testing.T) {
 	t.Helper()
-	eventually(t, 10*time.Second, "request stream empty", func() bool {
+	testwait.For(t, 10*time.Second, "request stream empty", func() bool {
 		st, err := f.js.Stream(t.Context(), f.subjects.RequestsStream())
 		if err != nil {
 			return false
@@ -170,7 +171,7 @@ func TestRequestAcceptedAckedAfterHandlerAndAnswered(t *testing.T) {
 	reply := f.submit(t, f.requestsSubject(t, "producer-1"), "key-0000000000000001", `[{"name":"a"}]`)
 
 	// While the handler has not returned, the message is delivered but not acked.
-	eventually(t, 10*time.Second, "message delivered, ack pending", func() bool {
+	testwait.For(t, 10*time.Second, "message delivered, ack pending", func() bool {
 		cons, err := f.js.Consumer(t.Context(), f.subjects.RequestsStream(), "mightyetl-intake")
 		if err != nil {
 			return false

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/mightyetl/mightyetl/internal/testwait"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -88,7 +89,7 @@ func TestSampleServerConfigPermissions(t *testing.T) {
 		_, err := ajs.PublishMsg(ctx, msg)
 		return err
 	}
-	eventually(t, 10*time.Second, "request stream accepts alice", func() bool { return req("mightyetl.requests.producer-alice") == nil })
+	testwait.For(t, 10*time.Second, "request stream accepts alice", func() bool { return req("mightyetl.requests.producer-alice") == nil })
 	if r, err := sub.NextMsg(10 * time.Second); err != nil || string(r.Data) != "ok" {
 		t.Fatalf("alice's reply = %v, %v", r, err)
 	}

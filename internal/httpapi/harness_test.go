@@ -18,6 +18,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
+	"github.com/mightyetl/mightyetl/internal/testwait"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 )
@@ -232,14 +233,8 @@ func (e *env) metricsText() string {
 
 const sampleBody = `[{"id":"a1","name":"jane","amount":"999.9"},{"id":"a2","email":"X@Y.Z"}]`
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor waits up to 30s for cond (testwait.For).
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.For(t, 30*time.Second, what, cond)
 }

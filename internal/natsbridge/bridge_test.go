@@ -21,6 +21,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/natsbridge"
 	"github.com/mightyetl/mightyetl/internal/natstest"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
+	"github.com/mightyetl/mightyetl/internal/testwait"
 )
 
 func TestMain(m *testing.M) {
@@ -45,17 +46,6 @@ func jobs(t *testing.T, pool *pgxpool.Pool) int {
 		t.Fatal(err)
 	}
 	return n
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func publish(t *testing.T, js jetstream.JetStream, subject, key, body string, header ...string) {
@@ -108,7 +98,7 @@ func TestRequestConsumerWithRealIntake(t *testing.T) {
 	}
 	defer b.Stop(context.Background())
 	subject := prefix + ".requests.alice"
-	waitFor(t, 30*time.Second, "request stream", func() bool {
+	testwait.For(t, 30*time.Second, "request stream", func() bool {
 		_, err := js.Stream(context.Background(), strings.ToUpper(prefix)+"_REQUESTS")
 		return err == nil
 	})
@@ -116,7 +106,7 @@ func TestRequestConsumerWithRealIntake(t *testing.T) {
 	// Duplicates (same key, same body) converge on one job, even beyond the
 	// stream's short de-duplication window.
 	publish(t, js, subject, "nats-key-0000000001", `[{"id":"a1","name":"jane"}]`)
-	waitFor(t, 30*time.Second, "first job", func() bool { return jobs(t, pool) == 1 })
+	testwait.For(t, 30*time.Second, "first job", func() bool { return jobs(t, pool) == 1 })
 	time.Sleep(200 * time.Millisecond) // past the 100ms JetStream window: the database must converge
 	inbox := nats.NewInbox()
 	replies, err := nc.SubscribeSync(inbox)
@@ -164,7 +154,7 @@ func TestRequestConsumerWithRealIntake(t *testing.T) {
 		t.Fatalf("poison messages made jobs: %d", n)
 	}
 	// Terminated, not redelivered: the work-queue stream is empty.
-	waitFor(t, 30*time.Second, "stream drained", func() bool {
+	testwait.For(t, 30*time.Second, "stream drained", func() bool {
 		s, err := js.Stream(context.Background(), strings.ToUpper(prefix)+"_REQUESTS")
 		if err != nil {
 			return false
@@ -209,12 +199,12 @@ func TestRedeliveryAfterCommitConverges(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Stop(context.Background())
-	waitFor(t, 30*time.Second, "request stream", func() bool {
+	testwait.For(t, 30*time.Second, "request stream", func() bool {
 		_, err := js.Stream(context.Background(), strings.ToUpper(prefix)+"_REQUESTS")
 		return err == nil
 	})
 	publish(t, js, prefix+".requests.bob", "nats-key-redelivery-1", `[{"id":"r1"}]`)
-	waitFor(t, 30*time.Second, "redelivered and acked", func() bool {
+	testwait.For(t, 30*time.Second, "redelivered and acked", func() bool {
 		s, err := js.Stream(context.Background(), strings.ToUpper(prefix)+"_REQUESTS")
 		if err != nil {
 			return false

@@ -23,6 +23,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/natstest"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
+	"github.com/mightyetl/mightyetl/internal/testwait"
 )
 
 func TestMain(m *testing.M) {
@@ -155,18 +156,6 @@ func (f fixture) streamMsgs(t *testing.T) uint64 {
 		t.Fatal(err)
 	}
 	return info.State.Msgs
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // drain runs batches until one publishes nothing and returns the number of
@@ -481,7 +470,7 @@ func TestNotifyWakesTheRelayLongBeforeThePoll(t *testing.T) {
 	f.start(t, r)
 	notified := func() float64 { return testutil.ToFloat64(m.Wakeups.WithLabelValues(metrics.WakeNotify)) }
 	// The listener signals once when LISTEN is established.
-	eventually(t, 10*time.Second, "LISTEN established", func() bool { return notified() >= 1 })
+	testwait.For(t, 10*time.Second, "LISTEN established", func() bool { return notified() >= 1 })
 	before := notified()
 
 	_, err = pg.InsertJobs(t.Context(), f.pool, []pg.NewJob{{
@@ -514,10 +503,10 @@ func TestNATSOutageKeepsLifecycleRowsDropsAdvisoryAndDrainsAfterRestart(t *testi
 
 	// Healthy: the stream exists and one event is in it.
 	f.insert(t, lifecycle("SUCCEEDED", ""))
-	eventually(t, 10*time.Second, "first event published", func() bool { return f.count(t, "true") == 0 })
+	testwait.For(t, 10*time.Second, "first event published", func() bool { return f.count(t, "true") == 0 })
 
 	srv.Stop()
-	eventually(t, 10*time.Second, "client sees the outage", func() bool { return !f.nc.IsConnected() })
+	testwait.For(t, 10*time.Second, "client sees the outage", func() bool { return !f.nc.IsConnected() })
 	lifecycleIDs := f.insert(t, lifecycle("SUCCEEDED", ""), lifecycle("FAILED", "etl_record_invalid"), lifecycle("CANCELLED", "etl_job_cancelled_by_owner"))
 	rows := append(available(5), outboxRow{kind: metrics.OutboxKindRevoked, status: "CANCELLED"})
 	f.insert(t, rows...)
@@ -526,26 +515,26 @@ func TestNATSOutageKeepsLifecycleRowsDropsAdvisoryAndDrainsAfterRestart(t *testi
 		return testutil.ToFloat64(m.Published.WithLabelValues(metrics.OutboxKindAvailable, metrics.OutboxDropped)) +
 			testutil.ToFloat64(m.Published.WithLabelValues(metrics.OutboxKindRevoked, metrics.OutboxDropped))
 	}
-	eventually(t, 10*time.Second, "advisory rows dropped", func() bool { return dropped() == 6 })
+	testwait.For(t, 10*time.Second, "advisory rows dropped", func() bool { return dropped() == 6 })
 	// The counter moves before the batch commits its delete: wait for the rows.
-	eventually(t, 10*time.Second, "dropped advisory rows deleted", func() bool {
+	testwait.For(t, 10*time.Second, "dropped advisory rows deleted", func() bool {
 		return f.count(t, "event_kind <> 'job_lifecycle'") == 0
 	})
 	// The relay keeps running through the outage: more polls happen, and the
 	// lifecycle rows stay put.
 	polls := testutil.ToFloat64(m.Wakeups.WithLabelValues(metrics.WakePoll))
-	eventually(t, 10*time.Second, "relay keeps polling", func() bool {
+	testwait.For(t, 10*time.Second, "relay keeps polling", func() bool {
 		return testutil.ToFloat64(m.Wakeups.WithLabelValues(metrics.WakePoll)) >= polls+3
 	})
 	if n := f.count(t, "event_kind = 'job_lifecycle'"); n != len(lifecycleIDs) {
 		t.Fatalf("lifecycle rows during outage = %d, want %d (never dropped)", n, len(lifecycleIDs))
 	}
-	eventually(t, 10*time.Second, "backlog gauge shows the kept rows", func() bool {
+	testwait.For(t, 10*time.Second, "backlog gauge shows the kept rows", func() bool {
 		return testutil.ToFloat64(m.Backlog) == float64(len(lifecycleIDs))
 	})
 
 	srv.Start()
-	eventually(t, 30*time.Second, "backlog drained after NATS came back", func() bool { return f.count(t, "true") == 0 })
+	testwait.For(t, 30*time.Second, "backlog drained after NATS came back", func() bool { return f.count(t, "true") == 0 })
 	if got := f.streamMsgs(t); got != 1+uint64(len(lifecycleIDs)) {
 		t.Fatalf("stream messages = %d, want %d", got, 1+len(lifecycleIDs))
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/outbox"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
+	"github.com/mightyetl/mightyetl/internal/testwait"
 	"github.com/mightyetl/mightyetl/internal/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -89,7 +90,7 @@ func TestWakeupDeliversJobLongBeforePoll(t *testing.T) {
 	}
 	start := time.Now()
 	insert(t, pool, jobSpec{payload: records(1, "wake")})
-	waitFor(t, 20*time.Second, "job succeeded via wake-up", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 1 })
+	testwait.For(t, 20*time.Second, "job succeeded via wake-up", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 1 })
 	if elapsed := time.Since(start); elapsed >= 30*time.Second {
 		t.Fatalf("job took %v: it waited for the poll", elapsed)
 	}
@@ -108,9 +109,9 @@ func TestCancelledRunningJobStopsThroughNATSRevocation(t *testing.T) {
 	subscribe(t, nc, prefix, h.w)
 	h.start(t)
 	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(60*time.Second, "", 1)})
-	waitFor(t, 20*time.Second, "running", func() bool { return h.w.Running() == 1 })
+	testwait.For(t, 20*time.Second, "running", func() bool { return h.w.Running() == 1 })
 	cancelJob(t, pool, ids[0])
-	waitFor(t, 20*time.Second, "handler cancelled", func() bool { return h.outcome(metrics.OutcomeCancelled) == 1 })
+	testwait.For(t, 20*time.Second, "handler cancelled", func() bool { return h.outcome(metrics.OutcomeCancelled) == 1 })
 	if v := testutil.ToFloat64(h.m.ClaimsLost.WithLabelValues(metrics.LostRevoked)); v != 1 {
 		t.Fatalf("lost via revocation %v, want 1", v)
 	}
@@ -134,9 +135,9 @@ func TestCancelledRunningJobStopsAtNextRenewalWithoutNATS(t *testing.T) {
 	h := newWorker(t, url, cfg, worker.Hooks{})
 	h.start(t)
 	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(60*time.Second, "", 1)})
-	waitFor(t, 20*time.Second, "running", func() bool { return h.w.Running() == 1 })
+	testwait.For(t, 20*time.Second, "running", func() bool { return h.w.Running() == 1 })
 	cancelJob(t, pool, ids[0])
-	waitFor(t, 20*time.Second, "handler cancelled", func() bool { return h.outcome(metrics.OutcomeCancelled) == 1 })
+	testwait.For(t, 20*time.Second, "handler cancelled", func() bool { return h.outcome(metrics.OutcomeCancelled) == 1 })
 	if v := testutil.ToFloat64(h.m.ClaimsLost.WithLabelValues(metrics.LostNotRenewed)); v != 1 {
 		t.Fatalf("lost via renewal %v, want 1", v)
 	}
@@ -189,23 +190,23 @@ func TestNATSOutageFallsBackToPollingAndRecovers(t *testing.T) {
 	h.start(t)
 
 	insert(t, pool, jobSpec{payload: records(1, "before")})
-	waitFor(t, 20*time.Second, "first job", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 1 })
+	testwait.For(t, 20*time.Second, "first job", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 1 })
 	if testutil.ToFloat64(h.m.WakeupsReceived) < 1 {
 		t.Fatal("no wake-up while NATS was up")
 	}
 
 	srv.Stop()
-	waitFor(t, 20*time.Second, "clients see the outage", func() bool { return !workerConn.IsConnected() && !relayConn.IsConnected() })
+	testwait.For(t, 20*time.Second, "clients see the outage", func() bool { return !workerConn.IsConnected() && !relayConn.IsConnected() })
 	insert(t, pool, jobSpec{payload: records(1, "during")})
-	waitFor(t, 30*time.Second, "job completes by polling", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 2 })
+	testwait.For(t, 30*time.Second, "job completes by polling", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 2 })
 
 	srv.Start()
-	waitFor(t, 30*time.Second, "clients reconnect", func() bool { return workerConn.IsConnected() && relayConn.IsConnected() })
+	testwait.For(t, 30*time.Second, "clients reconnect", func() bool { return workerConn.IsConnected() && relayConn.IsConnected() })
 	if err := workerConn.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	before := testutil.ToFloat64(h.m.WakeupsReceived)
 	insert(t, pool, jobSpec{payload: records(1, "after")})
-	waitFor(t, 30*time.Second, "wake-up after recovery", func() bool { return testutil.ToFloat64(h.m.WakeupsReceived) > before })
-	waitFor(t, 30*time.Second, "third job", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 3 })
+	testwait.For(t, 30*time.Second, "wake-up after recovery", func() bool { return testutil.ToFloat64(h.m.WakeupsReceived) > before })
+	testwait.For(t, 30*time.Second, "third job", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 3 })
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
+	"github.com/mightyetl/mightyetl/internal/testwait"
 	"github.com/mightyetl/mightyetl/internal/worker"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -52,7 +53,7 @@ func TestPausedRenewerIsReclaimedOnlyAfterDatabaseExpiry(t *testing.T) {
 	a := newWorker(t, url, cfg, worker.Hooks{BeforeRenew: func() { <-renewGate }})
 	a.start(t)
 	t.Cleanup(openGate) // runs before a's Stop (cleanups are LIFO), so Stop never waits on the gate
-	waitFor(t, 20*time.Second, "A running", func() bool { return a.w.Running() == 1 })
+	testwait.For(t, 20*time.Second, "A running", func() bool { return a.w.Running() == 1 })
 	// The rival finds nothing while the database says the lease is live.
 	for leaseLive(t, pool, ids[0]) {
 		res, err := lease.ClaimJobs(context.Background(), pool, lease.ClaimParams{OwnerID: "rival-claimer", Limit: 1, LeaseDuration: time.Minute})
@@ -69,7 +70,7 @@ func TestPausedRenewerIsReclaimedOnlyAfterDatabaseExpiry(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// After expiry the rival gets it (if the loop above did not already).
-	waitFor(t, 20*time.Second, "rival holds the job", func() bool {
+	testwait.For(t, 20*time.Second, "rival holds the job", func() bool {
 		var owner *string
 		if err := pool.QueryRow(context.Background(), `SELECT lease_owner_id FROM etl_job_records WHERE job_record_id=$1`, ids[0]).Scan(&owner); err != nil {
 			t.Fatal(err)
@@ -85,7 +86,7 @@ func TestPausedRenewerIsReclaimedOnlyAfterDatabaseExpiry(t *testing.T) {
 	})
 	// A's handler finishes (4s) and its fenced finish affects zero rows.
 	openGate()
-	waitFor(t, 30*time.Second, "A's late finish fenced", func() bool { return a.outcome(metrics.OutcomeStale) == 1 })
+	testwait.For(t, 30*time.Second, "A's late finish fenced", func() bool { return a.outcome(metrics.OutcomeStale) == 1 })
 	if n := count(t, pool, `SELECT count(*) FROM processed_data`); n != 0 {
 		t.Fatalf("stale worker's %d target rows survived", n)
 	}
@@ -138,7 +139,7 @@ func TestRenewalIsNotStarvedByBusyHandlers(t *testing.T) {
 	if st := h.exec.Stat(); st.AcquiredConns() != slots || st.MaxConns() != slots {
 		t.Fatalf("handlers hold %d of %d execution connections", st.AcquiredConns(), st.MaxConns())
 	}
-	waitFor(t, 60*time.Second, "all succeeded", func() bool { return h.outcome(metrics.OutcomeSucceeded) == slots })
+	testwait.For(t, 60*time.Second, "all succeeded", func() bool { return h.outcome(metrics.OutcomeSucceeded) == slots })
 	if n := count(t, pool, `SELECT count(*) FROM etl_job_records WHERE attempt_count <> 1`); n != 0 {
 		t.Fatalf("%d jobs were reclaimed: renewal starved", n)
 	}
@@ -158,13 +159,13 @@ func TestRenewalConnectionCutFailsClosed(t *testing.T) {
 	cfg.Concurrency = 1
 	h := newWorkerWith(t, url, cfg, worker.Hooks{}, harnessOptions{renewURL: proxy.URL(url)})
 	h.start(t)
-	waitFor(t, 20*time.Second, "running", func() bool { return h.w.Running() == 1 })
-	waitFor(t, 20*time.Second, "a renewal through the proxy", func() bool {
+	testwait.For(t, 20*time.Second, "running", func() bool { return h.w.Running() == 1 })
+	testwait.For(t, 20*time.Second, "a renewal through the proxy", func() bool {
 		return testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalRenewed)) >= 1
 	})
 	proxy.Cut()
 	renewedAtCut := testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalRenewed))
-	waitFor(t, 30*time.Second, "claim declared lost", func() bool {
+	testwait.For(t, 30*time.Second, "claim declared lost", func() bool {
 		return testutil.ToFloat64(h.m.ClaimsLost.WithLabelValues(metrics.LostMarginGone)) == 1
 	})
 	if got := testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalRenewed)); got != renewedAtCut {
@@ -173,11 +174,11 @@ func TestRenewalConnectionCutFailsClosed(t *testing.T) {
 	if testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalDBError)) < 1 {
 		t.Fatal("no db_error renewal counted")
 	}
-	waitFor(t, 20*time.Second, "handler stopped", func() bool { return h.outcome(metrics.OutcomeStale) == 1 })
+	testwait.For(t, 20*time.Second, "handler stopped", func() bool { return h.outcome(metrics.OutcomeStale) == 1 })
 	// The database never saw a renewal: the lease runs out and the job is
 	// claimable by anyone (here: the worker itself, as a new attempt).
 	proxy.Restore()
-	waitFor(t, 30*time.Second, "job reclaimed as attempt 2", func() bool {
+	testwait.For(t, 30*time.Second, "job reclaimed as attempt 2", func() bool {
 		_, attempts, _ := jobState(t, pool, ids[0])
 		return attempts == 2
 	})
@@ -192,7 +193,7 @@ func TestShutdownStopsRenewal(t *testing.T) {
 	cfg.ShutdownGrace = 10 * time.Millisecond
 	h := newWorker(t, url, cfg, worker.Hooks{BeforeRenew: func() { rounds.Add(1) }})
 	h.start(t)
-	waitFor(t, 20*time.Second, "two renewal rounds", func() bool { return rounds.Load() >= 2 })
+	testwait.For(t, 20*time.Second, "two renewal rounds", func() bool { return rounds.Load() >= 2 })
 	if err := h.w.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +256,7 @@ func TestPersonalDataNeverReachesLogsOrMetrics(t *testing.T) {
 	cfg := shortLease()
 	h := newWorkerWith(t, url, cfg, worker.Hooks{}, harnessOptions{log: log})
 	h.start(t)
-	waitFor(t, 30*time.Second, "both finished", func() bool {
+	testwait.For(t, 30*time.Second, "both finished", func() bool {
 		return h.outcome(metrics.OutcomeSucceeded) == 1 && h.outcome(metrics.OutcomeFailed) == 1
 	})
 	if testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalRenewed)) < 1 {
@@ -316,14 +317,14 @@ func TestReclaimOfOwnExpiredJobStopsTheOlderHandler(t *testing.T) {
 	cfg.ShutdownGrace = 10 * time.Millisecond
 	h := newWorker(t, url, cfg, worker.Hooks{})
 	h.start(t)
-	waitFor(t, 20*time.Second, "running", func() bool { return h.w.Running() == 1 })
+	testwait.For(t, 20*time.Second, "running", func() bool { return h.w.Running() == 1 })
 	if _, err := pool.Exec(context.Background(), `UPDATE etl_job_records SET lease_expires_at = clock_timestamp() - interval '1 ms' WHERE job_record_id=$1`, ids[0]); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "older claim superseded", func() bool {
+	testwait.For(t, 20*time.Second, "older claim superseded", func() bool {
 		return testutil.ToFloat64(h.m.ClaimsLost.WithLabelValues(metrics.LostSuperseded)) == 1
 	})
-	waitFor(t, 20*time.Second, "older handler stopped", func() bool { return h.outcome(metrics.OutcomeStale) == 1 })
+	testwait.For(t, 20*time.Second, "older handler stopped", func() bool { return h.outcome(metrics.OutcomeStale) == 1 })
 	if got := h.w.Running(); got != 1 {
 		t.Fatalf("running %d, want only the new claim", got)
 	}
@@ -356,7 +357,7 @@ func TestLostConnectionDuringFinishLosesNoJob(t *testing.T) {
 		},
 	}, harnessOptions{renewURL: url})
 	h.start(t)
-	waitFor(t, 60*time.Second, "both jobs finished", func() bool {
+	testwait.For(t, 60*time.Second, "both jobs finished", func() bool {
 		return h.outcome(metrics.OutcomeSucceeded) == 1 && h.outcome(metrics.OutcomeFailed) == 1
 	})
 	if cuts.Load() != 2 || restores.Load() < 2 {

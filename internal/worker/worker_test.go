@@ -19,6 +19,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
+	"github.com/mightyetl/mightyetl/internal/testwait"
 	"github.com/mightyetl/mightyetl/internal/worker"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -153,18 +154,6 @@ func (h *harness) outcome(o string) float64 {
 	return testutil.ToFloat64(h.m.Outcomes.WithLabelValues(o))
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 	t.Helper()
 	var n int
@@ -203,7 +192,7 @@ func TestFourWorkersDrainThousandJobsExactlyOnce(t *testing.T) {
 		h.start(t)
 		hs = append(hs, h)
 	}
-	waitFor(t, 2*time.Minute, "all jobs succeeded", func() bool {
+	testwait.For(t, 2*time.Minute, "all jobs succeeded", func() bool {
 		return count(t, pool, `SELECT count(*) FROM etl_job_records WHERE job_status='SUCCEEDED'`) == 1000
 	})
 	// Exactly once: per job, processed rows equal its record count.
@@ -290,9 +279,9 @@ func TestStaleWorkerLateFinishRollsBackAfterReclaim(t *testing.T) {
 	cfgB.OwnerID = "fresh-worker-b"
 	b := newWorker(t, url, cfgB, worker.Hooks{})
 	b.start(t)
-	waitFor(t, 30*time.Second, "B succeeded", func() bool { return b.outcome(metrics.OutcomeSucceeded) == 1 })
+	testwait.For(t, 30*time.Second, "B succeeded", func() bool { return b.outcome(metrics.OutcomeSucceeded) == 1 })
 	p.open()
-	waitFor(t, 30*time.Second, "A counted stale", func() bool { return a.outcome(metrics.OutcomeStale) == 1 })
+	testwait.For(t, 30*time.Second, "A counted stale", func() bool { return a.outcome(metrics.OutcomeStale) == 1 })
 	if a.outcome(metrics.OutcomeSucceeded) != 0 {
 		t.Fatal("stale worker counted a success")
 	}
@@ -317,7 +306,7 @@ func TestGracefulShutdownReleasesClaimsForImmediateReclaim(t *testing.T) {
 	cfg.ShutdownGrace = 50 * time.Millisecond
 	a := newWorker(t, url, cfg, worker.Hooks{})
 	a.start(t)
-	waitFor(t, 30*time.Second, "both running", func() bool { return a.w.Running() == 2 })
+	testwait.For(t, 30*time.Second, "both running", func() bool { return a.w.Running() == 2 })
 	if err := a.w.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +341,7 @@ func TestFailureCodesAndRetries(t *testing.T) {
 	}
 	h := newWorker(t, url, fastConfig(), worker.Hooks{})
 	h.start(t)
-	waitFor(t, 60*time.Second, "all terminal", func() bool {
+	testwait.For(t, 60*time.Second, "all terminal", func() bool {
 		return count(t, pool, `SELECT count(*) FROM etl_job_records WHERE job_status IN ('SUCCEEDED','FAILED')`) == 5
 	})
 	want := []struct {
@@ -399,13 +388,13 @@ func TestDatabaseClockDecidesLeaseLossWhateverTheHostThinks(t *testing.T) {
 	cfg.ShutdownGrace = 10 * time.Millisecond
 	h := newWorker(t, url, cfg, worker.Hooks{})
 	h.start(t)
-	waitFor(t, 30*time.Second, "running", func() bool { return h.w.Running() == 1 })
+	testwait.For(t, 30*time.Second, "running", func() bool { return h.w.Running() == 1 })
 	// The worker's own view leaves ~30s; the database says the lease is over.
 	if _, err := pool.Exec(context.Background(), `UPDATE etl_job_records SET lease_expires_at = clock_timestamp() - interval '1 ms' WHERE job_record_id=$1`, ids[0]); err != nil {
 		t.Fatal(err)
 	}
 	h.w.RenewOnce()
-	waitFor(t, 30*time.Second, "handler stopped as stale", func() bool { return h.outcome(metrics.OutcomeStale) == 1 })
+	testwait.For(t, 30*time.Second, "handler stopped as stale", func() bool { return h.outcome(metrics.OutcomeStale) == 1 })
 	if v := testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalStale)); v != 1 {
 		t.Fatalf("stale renewals %v", v)
 	}
@@ -423,7 +412,7 @@ func TestLongJobRenewsAndStaysSinglyOwned(t *testing.T) {
 	cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin = time.Second, 250*time.Millisecond, 100*time.Millisecond
 	h := newWorker(t, url, cfg, worker.Hooks{})
 	h.start(t)
-	waitFor(t, 30*time.Second, "running", func() bool { return h.w.Running() == 1 })
+	testwait.For(t, 30*time.Second, "running", func() bool { return h.w.Running() == 1 })
 	// A rival keeps trying to claim the whole time; it must never get the job.
 	rivalErr := make(chan error, 1)
 	stop := make(chan struct{})
@@ -447,7 +436,7 @@ func TestLongJobRenewsAndStaysSinglyOwned(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
-	waitFor(t, 60*time.Second, "long job succeeded", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 1 })
+	testwait.For(t, 60*time.Second, "long job succeeded", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 1 })
 	close(stop)
 	if err := <-rivalErr; err != nil {
 		t.Fatal(err)
@@ -466,14 +455,14 @@ func TestRevokeCancelsHandlerWithTypedCause(t *testing.T) {
 	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(time.Hour, "", 0)})
 	h := newWorker(t, url, fastConfig(), worker.Hooks{})
 	h.start(t)
-	waitFor(t, 30*time.Second, "running", func() bool { return h.w.Running() == 1 })
+	testwait.For(t, 30*time.Second, "running", func() bool { return h.w.Running() == 1 })
 	h.w.Revoke(uuid.New()) // not ours: nothing happens
 	if h.w.Running() != 1 {
 		t.Fatal("foreign revocation stopped a job")
 	}
 	h.w.Revoke(ids[0])
 	// Nobody cancelled in the database, so the loss is counted stale and the job stays RUNNING.
-	waitFor(t, 30*time.Second, "handler stopped", func() bool { return h.w.Running() == 0 })
+	testwait.For(t, 30*time.Second, "handler stopped", func() bool { return h.w.Running() == 0 })
 	if h.outcome(metrics.OutcomeStale) != 1 {
 		t.Fatalf("stale %v", h.outcome(metrics.OutcomeStale))
 	}
