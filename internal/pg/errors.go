@@ -58,9 +58,11 @@ func IsTransient(err error) bool {
 	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
 		return true
 	}
-	// A connection closed under a statement surfaces as a generic error from pgconn.
+	// A connection closed under a statement, or any other connection-level
+	// pgconn error (they all carry SafeToRetry), means the path to the
+	// database broke: transient. Matched by type, never by error text.
 	var pgconnErr interface{ SafeToRetry() bool }
-	return errors.As(err, &pgconnErr) || strings.Contains(err.Error(), "conn closed")
+	return errors.Is(err, pgconn.ErrConnClosed) || errors.As(err, &pgconnErr)
 }
 
 // IsUniqueViolation reports whether err is a unique_violation (23505),

@@ -36,6 +36,8 @@ func TestIsTransient(t *testing.T) {
 		{"53100 disk_full", pgError("53100", ""), true},
 		{"57014 query_canceled", pgError("57014", ""), true},
 		{"wrapped 40001", fmt.Errorf("finish: %w", pgError("40001", "")), true},
+		{"wrapped ErrConnClosed", fmt.Errorf("finish: %w", pgconn.ErrConnClosed), true},
+		{"text that merely mentions conn closed", errors.New("user data: conn closed"), false},
 		{"23505 unique_violation", pgError("23505", "etl_job_submission_key_unique"), false},
 		{"23514 check_violation", pgError("23514", "etl_job_status_check"), false},
 		{"42601 syntax_error", pgError("42601", ""), false},
