@@ -45,7 +45,9 @@ CREATE TRIGGER bench_drop_ledger_row BEFORE INSERT ON etl_idempotency_records FO
 const maxVariantN = 100_000
 
 func (h *harness) throughputConfig() worker.Config {
-	return worker.Config{Concurrency: h.o.Concurrency, FinishBatch: h.o.FinishBatch, Completers: h.o.Completers}
+	// PollInterval matches the River peer's FetchPollInterval (20 ms).
+	return worker.Config{Concurrency: h.o.Concurrency, FinishBatch: h.o.FinishBatch, Completers: h.o.Completers,
+		PollInterval: 20 * time.Millisecond}
 }
 
 func (h *harness) throughputSettings(cfg worker.Config, execConns int32) map[string]string {
@@ -54,7 +56,7 @@ func (h *harness) throughputSettings(cfg worker.Config, execConns int32) map[str
 		"finish_batch": strconv.Itoa(cfg.FinishBatch),
 		"completers":   strconv.Itoa(cfg.Completers),
 		"exec_conns":   strconv.Itoa(int(execConns)),
-		"lease":        "30s", "renew_interval": "10s", "poll_interval": "1s",
+		"lease":        "30s", "renew_interval": "10s", "poll_interval": cfg.PollInterval.String(),
 		"fencing": "exact", "ledger": "on", "outbox": "on",
 	}
 }

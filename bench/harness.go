@@ -194,13 +194,24 @@ func (h *harness) runScenario(ctx context.Context, name string) ([]Result, error
 // outbox rows, which a pre-loaded backlog would not have). Each row gets a
 // unique submission key hash and the true SHA-256 digest of its payload, so
 // the worker's integrity check passes.
+//
+// Job ids are UUIDv7 (48-bit millisecond time, then random bits), as the
+// product's InsertJobs draws them, and every job gets its claim-queue row.
 const bulkInsertSQL = `
-INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
-                             request_digest, request_payload, max_attempts)
-SELECT gen_random_uuid(), 'diagnostic', $1,
-       encode(sha256(convert_to($2 || ':' || g, 'UTF8')), 'hex'),
-       encode(sha256(convert_to($3, 'UTF8')), 'hex'), $3, 3
-FROM generate_series($4::bigint, $5::bigint) AS g`
+WITH ins AS (
+    INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
+                                 request_digest, request_payload, max_attempts)
+    SELECT encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
+                    PLACING substring(int8send((extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
+                    FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid,
+           'diagnostic', $1,
+           encode(sha256(convert_to($2 || ':' || g, 'UTF8')), 'hex'),
+           encode(sha256(convert_to($3, 'UTF8')), 'hex'), $3, 3
+    FROM generate_series($4::bigint, $5::bigint) AS g
+    RETURNING job_record_id, available_at
+)
+INSERT INTO etl_job_claim_queue (job_record_id, claimable_at)
+SELECT job_record_id, available_at FROM ins`
 
 // bulkInsert inserts n PENDING diagnostic jobs with payload, in statements
 // of at most 250,000 rows, then VACUUM ANALYZEs the table so the measured
@@ -215,7 +226,7 @@ func (h *harness) bulkInsert(ctx context.Context, n int, payload string) (time.D
 			return 0, fmt.Errorf("bulk insert jobs: %w", err)
 		}
 	}
-	if _, err := h.pool.Exec(ctx, "VACUUM ANALYZE etl_job_records"); err != nil {
+	if _, err := h.pool.Exec(ctx, "VACUUM ANALYZE etl_job_records, etl_job_claim_queue"); err != nil {
 		return 0, fmt.Errorf("vacuum analyze: %w", err)
 	}
 	return time.Since(start), nil

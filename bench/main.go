@@ -133,11 +133,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.JSONPath, "json", "", "write results as JSON to this file")
 	peers := fs.String("peers", "", "comparison peers to run in the same run: river")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of this process (worker included) to this file")
-	fs.IntVar(&o.Concurrency, "concurrency", 512, "burndown/continuous worker execution slots")
+	fs.IntVar(&o.Concurrency, "concurrency", 2000, "burndown/continuous worker execution slots; also the River peer's MaxWorkers (River's benchmark: 2,000)")
 	fs.IntVar(&o.FinishBatch, "finish-batch", 256, "burndown/continuous worker FinishBatch")
 	fs.IntVar(&o.Completers, "completers", 4, "burndown/continuous worker Completers")
 	fs.IntVar(&o.ExecConns, "exec-conns", 0, "burndown/continuous worker execution pool size (0: as cmd/worker sizes it)")
-	variants := fs.String("variants", "no-outbox,no-outbox-no-ledger,custom-plans", "burndown cost variants at min(n,100000) (no-outbox, no-outbox-no-ledger, custom-plans, default); empty for none")
+	variants := fs.String("variants", "", "burndown cost variants at min(n,100000) (no-outbox, no-outbox-no-ledger, custom-plans, default); empty for none")
 	fs.DurationVar(&o.ExplainSlower, "explain-slower-than", 0, "profiling: auto_explain (analyze, buffers) every statement slower than this into the server log")
 	fs.IntVar(&o.RunningJobs, "running-jobs", 1000, "resources: concurrently running diagnostic jobs")
 	if err := fs.Parse(args); err != nil {

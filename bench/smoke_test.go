@@ -6,11 +6,13 @@ import (
 	"encoding/hex"
 	"io"
 	"log/slog"
-	"os"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/mightyetl/mightyetl/internal/natstest"
+	"github.com/mightyetl/mightyetl/internal/pgtest"
 )
 
 func TestMain(m *testing.M) {
@@ -21,18 +23,13 @@ func TestMain(m *testing.M) {
 	)
 }
 
-// TestSmokeEveryScenario runs every scenario with tiny sizes against
-// TEST_DATABASE_URL's server, in a database of its own that it drops at the
-// end, and checks that each produced sane figures. It keeps the harness from
-// rotting; the real figures come from the documented full runs.
+// TestSmokeEveryScenario runs every scenario with tiny sizes against the
+// test server (pgtest.ServerURL: TEST_DATABASE_URL, else the local server),
+// in a database of its own that it drops at the end, and checks that each
+// produced sane figures. It keeps the harness from rotting; the real figures
+// come from the documented full runs.
 func TestSmokeEveryScenario(t *testing.T) {
-	server := os.Getenv("TEST_DATABASE_URL")
-	if server == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("TEST_DATABASE_URL is not set (required when CI=true)")
-		}
-		t.Skip("TEST_DATABASE_URL not set")
-	}
+	server := pgtest.ServerURL(t)
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	url, err := withDatabaseName(server, "mightyetl_bench_smoke_"+hex.EncodeToString(b[:]))
@@ -49,7 +46,7 @@ func TestSmokeEveryScenario(t *testing.T) {
 	o := options{
 		Scenarios: allScenarios, Quick: true,
 		N: 500, Duration: 2 * time.Second, PickupDuration: 400 * time.Millisecond, Rate: 50,
-		DatabaseURL: url, NATSURL: os.Getenv("TEST_NATS_URL"),
+		DatabaseURL: url, NATSURL: natstest.URL(t),
 		Concurrency: 128, FinishBatch: 128, Completers: 2,
 		ScaleSmall: 1000, ScaleLarge: 5000, ScaleRounds: 30,
 		CrashLeases:     []time.Duration{3 * time.Second},

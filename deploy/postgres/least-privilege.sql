@@ -68,6 +68,7 @@ ALTER TABLE etl_job_records         OWNER TO mightyetl_migrator_role;
 ALTER TABLE etl_idempotency_records OWNER TO mightyetl_migrator_role;
 ALTER TABLE processed_data          OWNER TO mightyetl_migrator_role;
 ALTER TABLE etl_outbox_events       OWNER TO mightyetl_migrator_role;
+ALTER TABLE etl_job_claim_queue     OWNER TO mightyetl_migrator_role;
 ALTER SEQUENCE etl_lease_fencing_token_sequence OWNER TO mightyetl_migrator_role;
 DO $functions$
 DECLARE
@@ -95,7 +96,8 @@ $goose$;
 -- on the mightyETL objects. Revoking a table privilege also revokes the
 -- matching column privileges.
 ------------------------------------------------------------------------------
-REVOKE ALL ON TABLE etl_job_records, etl_idempotency_records, processed_data, etl_outbox_events
+REVOKE ALL ON TABLE etl_job_records, etl_idempotency_records, processed_data, etl_outbox_events,
+                    etl_job_claim_queue
     FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
 REVOKE ALL ON SEQUENCE etl_lease_fencing_token_sequence, processed_data_processed_data_id_seq
     FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
@@ -130,8 +132,11 @@ GRANT UPDATE (job_status, attempt_count, available_at,
               lease_claim_id, lease_owner_id, lease_expires_at, lease_fencing_token,
               failure_code, request_payload, updated_at)
     ON TABLE etl_job_records TO mightyetl_worker_role;
-GRANT INSERT ON TABLE processed_data, etl_idempotency_records, etl_outbox_events
+-- Durable jobs write no response-ledger row (migration 00005, docs/architecture.md).
+GRANT INSERT ON TABLE processed_data, etl_outbox_events
     TO mightyetl_worker_role;
+-- The claim queue: the claim moves and removes rows; the finish removes them.
+GRANT SELECT, DELETE, UPDATE (claimable_at) ON TABLE etl_job_claim_queue TO mightyetl_worker_role;
 GRANT USAGE ON SEQUENCE etl_lease_fencing_token_sequence, processed_data_processed_data_id_seq
     TO mightyetl_worker_role;
 
@@ -150,6 +155,8 @@ GRANT UPDATE (job_status, request_payload,
     ON TABLE etl_job_records TO mightyetl_intake_role;
 GRANT SELECT, INSERT ON TABLE etl_idempotency_records TO mightyetl_intake_role;
 GRANT INSERT ON TABLE etl_outbox_events TO mightyetl_intake_role;
+-- Submit and replay queue new jobs; cancellation removes them from the queue.
+GRANT SELECT, INSERT, DELETE ON TABLE etl_job_claim_queue TO mightyetl_intake_role;
 GRANT INSERT ON TABLE processed_data TO mightyetl_intake_role;
 GRANT USAGE ON SEQUENCE processed_data_processed_data_id_seq TO mightyetl_intake_role;
 

@@ -190,7 +190,7 @@ func TestTwoReplicasCannotBothObtainALiveClaim(t *testing.T) {
 	concAssertLeasesMatch(t, pool, first)
 
 	// Expire every lease by the database clock; nobody finished anything.
-	tag, err := pool.Exec(ctx, `UPDATE etl_job_records SET lease_expires_at = clock_timestamp() - interval '1 ms' WHERE job_status = 'RUNNING'`)
+	tag, err := pool.Exec(ctx, pgtest.ExpireAllLeasesSQL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +291,7 @@ func TestExpiredLeaseCannotWriteEvenUnclaimed(t *testing.T) {
 	if len(res.Claimed) != 5 {
 		t.Fatalf("claimed %d, want 5", len(res.Claimed))
 	}
-	if _, err := pool.Exec(ctx, `UPDATE etl_job_records SET lease_expires_at = clock_timestamp() - interval '1 ms'`); err != nil {
+	if _, err := pool.Exec(ctx, pgtest.ExpireAllLeasesSQL); err != nil {
 		t.Fatal(err)
 	}
 	before := map[uuid.UUID]concLeaseRow{}

@@ -68,38 +68,52 @@ const (
 	CodeAttemptsExhausted = "etl_worker_attempts_exhausted"
 )
 
-// claimSQL takes up to $1 jobs in one statement. Locks: FOR UPDATE SKIP
-// LOCKED on both candidate sets, so concurrent claimers never wait on one
-// another and never take the same row; a row that a finishing or cancelling
-// transaction holds is skipped this round. Time: clock_timestamp(), the
-// database's actual time at statement execution. The candidate scans compare
-// with (SELECT clock_timestamp()), an init-plan evaluated once per statement,
-// so the partial indexes are range-scanned up to "now" (a volatile call in
-// the predicate itself would force a full walk of every PENDING and RUNNING
-// entry, O(backlog) instead of O(batch)). Each candidate carries whether it
-// is exhausted (read under its row lock), so each UPDATE touches only its own
-// share of the batch.
+// claimSQL takes up to $1 jobs in one statement.
+//
+// Candidates come from etl_job_claim_queue (migration 00005), walked along
+// its eligibility index up to (SELECT clock_timestamp()): an init-plan
+// evaluated once per statement, so the index is range-scanned up to "now"
+// and the claim reads O(batch) entries whatever the table size. The queue row
+// is only a hint: each candidate is re-checked on its etl_job_records row
+// (PENDING and available, or RUNNING with an expired lease, by the database
+// clock), which stays the authority.
+//
+// Locks: FOR UPDATE OF j SKIP LOCKED locks the job row of each candidate
+// without ever waiting, so concurrent claimers never take the same job. The
+// queue row is not locked by the pick: every statement that writes a queue
+// row first holds the lock of its job row (claim, finish, retry, fail,
+// release, renewal and cancellation all update the job row before the queue
+// row in one statement), so whoever holds the job row lock is the only writer
+// of that job's queue row, and the claim's own queue write can never wait.
+// A candidate whose job row changed since the statement's snapshot is
+// re-checked on the newest job row version (EvalPlanQual) and skipped unless
+// it is still claimable. Each candidate carries whether it is exhausted (read
+// under its row lock), so each UPDATE touches only its own share.
+//
+// Plans: every write below selects its rows with "= ANY(ARRAY(SELECT ...))"
+// over a CTE and joins nothing, so each is one index scan with sorted array
+// keys, linear in the batch under any plan. (A join of a CTE with a table
+// lets the planner put a whole-array condition on the inner side of a nested
+// loop, which is quadratic; that was measured.) The pickup delay is computed
+// at pick time and returned in rows of its own, matched by job id in Go.
+//
+// Writes: the job row's update changes no indexed column (HOT). The queue row
+// of a claimed job moves to "now + lease", evaluated after the job rows were
+// updated, so it is never earlier than lease_expires_at (later by the
+// statement's remaining run time at most); an exhausted job leaves the queue.
 const claimSQL = `
-WITH expired AS (
-    SELECT job_record_id, lease_expires_at AS eligible_since, attempt_count >= max_attempts AS exhausted
-    FROM etl_job_records
-    WHERE job_status = 'RUNNING' AND lease_expires_at <= (SELECT clock_timestamp())
-    ORDER BY lease_expires_at
+WITH picked AS (
+    SELECT q.job_record_id,
+           (j.job_status = 'RUNNING' AND j.attempt_count >= j.max_attempts) AS exhausted,
+           (extract(epoch FROM clock_timestamp() - q.claimable_at) * 1000000)::bigint AS pickup_micros
+    FROM etl_job_claim_queue q
+    JOIN etl_job_records j ON j.job_record_id = q.job_record_id
+    WHERE q.claimable_at <= (SELECT clock_timestamp())
+      AND ((j.job_status = 'PENDING' AND j.available_at <= (SELECT clock_timestamp()))
+        OR (j.job_status = 'RUNNING' AND j.lease_expires_at <= (SELECT clock_timestamp())))
+    ORDER BY q.claimable_at, q.job_record_id
     LIMIT $1
-    FOR UPDATE SKIP LOCKED
-), pending AS (
-    SELECT job_record_id, available_at AS eligible_since, false AS exhausted
-    FROM etl_job_records
-    WHERE job_status = 'PENDING' AND available_at <= (SELECT clock_timestamp())
-    ORDER BY available_at, job_record_id
-    LIMIT $1
-    FOR UPDATE SKIP LOCKED
-), picked AS (
-    SELECT job_record_id, eligible_since, exhausted FROM expired
-    UNION ALL
-    SELECT job_record_id, eligible_since, exhausted FROM pending
-    ORDER BY eligible_since
-    LIMIT $1
+    FOR UPDATE OF j SKIP LOCKED
 ), exhausted AS (
     UPDATE etl_job_records j
     SET job_status = 'FAILED',
@@ -108,11 +122,12 @@ WITH expired AS (
         lease_claim_id = NULL, lease_owner_id = NULL,
         lease_expires_at = NULL, lease_fencing_token = NULL,
         updated_at = clock_timestamp()
-    FROM picked p
-    WHERE p.exhausted
-      AND j.job_record_id = p.job_record_id
+    WHERE j.job_record_id = ANY(ARRAY(SELECT job_record_id FROM picked WHERE exhausted))
       AND j.job_status = 'RUNNING' AND j.attempt_count >= j.max_attempts
     RETURNING j.job_record_id, j.attempt_count
+), exhausted_dequeued AS (
+    DELETE FROM etl_job_claim_queue q
+    WHERE q.job_record_id = ANY(ARRAY(SELECT job_record_id FROM exhausted))
 ), exhausted_events AS (
     INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, attempt_count, event_code)
     SELECT 'job_lifecycle', job_record_id, 'FAILED', attempt_count, 'etl_worker_attempts_exhausted'
@@ -126,21 +141,25 @@ WITH expired AS (
         lease_expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond',
         lease_fencing_token = nextval('etl_lease_fencing_token_sequence'),
         updated_at = clock_timestamp()
-    FROM picked p
-    WHERE NOT p.exhausted
-      AND j.job_record_id = p.job_record_id
+    WHERE j.job_record_id = ANY(ARRAY(SELECT job_record_id FROM picked WHERE NOT exhausted))
       AND NOT (j.job_status = 'RUNNING' AND j.attempt_count >= j.max_attempts)
     RETURNING j.job_record_id, j.job_kind, j.lease_claim_id, j.lease_fencing_token,
               j.lease_expires_at, j.attempt_count, j.max_attempts,
-              j.request_payload, j.request_digest,
-              (extract(epoch FROM clock_timestamp() - p.eligible_since) * 1000000)::bigint AS pickup_micros
+              j.request_payload, j.request_digest
+), requeued AS (
+    UPDATE etl_job_claim_queue q
+    SET claimable_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
+    WHERE q.job_record_id = ANY(ARRAY(SELECT job_record_id FROM claimed))
 )
-SELECT true, job_record_id, job_kind, lease_claim_id, lease_fencing_token, lease_expires_at,
-       attempt_count, max_attempts, request_payload, request_digest, pickup_micros
+SELECT 1, job_record_id, job_kind, lease_claim_id, lease_fencing_token, lease_expires_at,
+       attempt_count, max_attempts, request_payload, request_digest, NULL::bigint
 FROM claimed
 UNION ALL
-SELECT false, job_record_id, NULL, NULL, NULL, NULL, attempt_count, NULL, NULL, NULL, NULL
-FROM exhausted`
+SELECT 2, job_record_id, NULL, NULL, NULL, NULL, attempt_count, NULL, NULL, NULL, NULL
+FROM exhausted
+UNION ALL
+SELECT 3, job_record_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, pickup_micros
+FROM picked WHERE NOT exhausted`
 
 // ClaimJobs claims up to p.Limit eligible jobs for p.OwnerID in one statement:
 // PENDING jobs whose available_at has passed and RUNNING jobs whose lease has
@@ -157,35 +176,42 @@ func ClaimJobs(ctx context.Context, db pg.DBTX, p ClaimParams) (ClaimResult, err
 	}
 	defer rows.Close()
 	var res ClaimResult
+	pickups := make(map[uuid.UUID]int64)
 	for rows.Next() {
 		var (
-			isClaim      bool
+			rowKind      int
 			c            Claim
 			kind         *string
 			claimID      *uuid.UUID
 			token        *int64
 			expires      *time.Time
+			attempt      *int
 			maxAttempts  *int
 			payload      *string
 			digest       *string
 			pickupMicros *int64
 		)
-		if err := rows.Scan(&isClaim, &c.JobID, &kind, &claimID, &token, &expires,
-			&c.Attempt, &maxAttempts, &payload, &digest, &pickupMicros); err != nil {
+		if err := rows.Scan(&rowKind, &c.JobID, &kind, &claimID, &token, &expires,
+			&attempt, &maxAttempts, &payload, &digest, &pickupMicros); err != nil {
 			return ClaimResult{}, fmt.Errorf("claim jobs: scan: %w", err)
 		}
-		if !isClaim {
+		switch rowKind {
+		case 1:
+			c.OwnerID = p.OwnerID
+			c.Kind, c.ClaimID, c.FencingToken, c.ExpiresAt = *kind, *claimID, *token, *expires
+			c.Attempt, c.MaxAttempts, c.Payload, c.RequestDigest = *attempt, *maxAttempts, *payload, *digest
+			res.Claimed = append(res.Claimed, c)
+		case 2:
 			res.Exhausted++
-			continue
+		case 3:
+			pickups[c.JobID] = *pickupMicros
 		}
-		c.OwnerID = p.OwnerID
-		c.Kind, c.ClaimID, c.FencingToken, c.ExpiresAt = *kind, *claimID, *token, *expires
-		c.MaxAttempts, c.Payload, c.RequestDigest = *maxAttempts, *payload, *digest
-		c.PickupDelay = time.Duration(max(*pickupMicros, 0)) * time.Microsecond
-		res.Claimed = append(res.Claimed, c)
 	}
 	if err := rows.Err(); err != nil {
 		return ClaimResult{}, fmt.Errorf("claim jobs: %w", err)
+	}
+	for i := range res.Claimed {
+		res.Claimed[i].PickupDelay = time.Duration(max(pickups[res.Claimed[i].JobID], 0)) * time.Microsecond
 	}
 	return res, nil
 }
@@ -203,17 +229,33 @@ const exactLease = `job_record_id = $1
 // (database clock), so it cannot create, revive or transfer a claim. GREATEST
 // keeps it from ever shortening a lease. updated_at is deliberately left alone:
 // a renewal is not a state change a poller should see.
+//
+// The claim-queue row follows the new expiry in the same statement (never
+// earlier than it), so the claim's eligibility index never offers a renewed
+// lease as expired.
+//
+// Plan: the exact pairs come from unnest, which the planner sees as the
+// batch's size, so it probes the primary key once per pair (nested loop with
+// unnest outside) or hashes both sides: linear either way. An extra
+// "job_record_id = ANY($1)" would make it expect one job row and loop over
+// the whole unnest per row, quadratic in the batch (measured).
 const renewSQL = `
-UPDATE etl_job_records j
-SET lease_expires_at = GREATEST(j.lease_expires_at, clock_timestamp() + $4::bigint * interval '1 microsecond')
-FROM unnest($1::uuid[], $2::uuid[]) AS c(job_record_id, lease_claim_id)
-WHERE j.job_record_id = c.job_record_id
-  AND j.job_record_id = ANY($1::uuid[]) -- lets any plan probe the primary key
-  AND j.job_status = 'RUNNING'
-  AND j.lease_claim_id = c.lease_claim_id
-  AND j.lease_owner_id = $3
-  AND j.lease_expires_at > clock_timestamp()
-RETURNING j.job_record_id, j.lease_expires_at`
+WITH renewed AS (
+    UPDATE etl_job_records j
+    SET lease_expires_at = GREATEST(j.lease_expires_at, clock_timestamp() + $4::bigint * interval '1 microsecond')
+    FROM unnest($1::uuid[], $2::uuid[]) AS c(job_record_id, lease_claim_id)
+    WHERE j.job_record_id = c.job_record_id
+      AND j.job_status = 'RUNNING'
+      AND j.lease_claim_id = c.lease_claim_id
+      AND j.lease_owner_id = $3
+      AND j.lease_expires_at > clock_timestamp()
+    RETURNING j.job_record_id, j.lease_expires_at
+), requeued AS (
+    UPDATE etl_job_claim_queue q
+    SET claimable_at = GREATEST(q.claimable_at, clock_timestamp() + $4::bigint * interval '1 microsecond')
+    WHERE q.job_record_id = ANY(ARRAY(SELECT job_record_id FROM renewed))
+)
+SELECT job_record_id, lease_expires_at FROM renewed`
 
 // Renewal is the result for one presented claim.
 type Renewal struct {
@@ -270,9 +312,12 @@ func Renew(ctx context.Context, db pg.DBTX, ownerID string, refs []Ref, duration
 // statements take one owner so a worker can only ever act on its own leases.
 var errForeignClaim = errors.New("claim of another owner presented")
 
-// refArrays splits refs, all of ownerID, into parallel job and claim id arrays.
-func refArrays(ownerID string, refs []Ref) (ids, claims []uuid.UUID, err error) {
-	ids, claims = make([]uuid.UUID, len(refs)), make([]uuid.UUID, len(refs))
+// refArrays splits refs, all of ownerID, into parallel job and claim id
+// arrays. They are [16]byte, which pgx encodes as binary uuid directly
+// (uuid.UUID would go through its driver.Valuer text form: measured at about
+// a tenth of the worker's CPU in the burndown).
+func refArrays(ownerID string, refs []Ref) (ids, claims [][16]byte, err error) {
+	ids, claims = make([][16]byte, len(refs)), make([][16]byte, len(refs))
 	for i, r := range refs {
 		if r.OwnerID != ownerID {
 			return nil, nil, errForeignClaim
@@ -284,18 +329,18 @@ func refArrays(ownerID string, refs []Ref) (ids, claims []uuid.UUID, err error) 
 
 // Won is a job whose fenced success matched its exact lease.
 type Won struct {
-	JobID              uuid.UUID
-	Attempt            int
-	PrincipalScopeHash string
-	SubmissionKeyHash  string
-	RequestDigest      string
+	JobID   uuid.UUID
+	Attempt int
 }
 
 // succeedSQL moves every presented exact live lease to SUCCEEDED, clearing
-// payload and lease, and writes one lifecycle outbox row per job. Each job is
-// decided by its own exact predicate; rows not matched are simply absent from
-// the result. The UPDATE locks the won rows until the caller's transaction
-// ends, so a concurrent cancel waits and then finds them SUCCEEDED.
+// payload and lease, removes the jobs from the claim queue and writes one
+// lifecycle outbox row per job. Each job is decided by its own exact
+// predicate; rows not matched are simply absent from the result. The UPDATE
+// locks the won rows until the caller's transaction ends, so a concurrent
+// cancel waits and then finds them SUCCEEDED. Lock order: job rows, then
+// queue rows, as every writer but the (never waiting) claim. Plans: as
+// renewSQL's.
 const succeedSQL = `
 WITH won AS (
     UPDATE etl_job_records j
@@ -306,24 +351,25 @@ WITH won AS (
         updated_at = clock_timestamp()
     FROM unnest($1::uuid[], $2::uuid[]) AS c(job_record_id, lease_claim_id)
     WHERE j.job_record_id = c.job_record_id
-      AND j.job_record_id = ANY($1::uuid[]) -- lets any plan probe the primary key
       AND j.job_status = 'RUNNING'
       AND j.lease_claim_id = c.lease_claim_id
       AND j.lease_owner_id = $3
       AND j.lease_expires_at > clock_timestamp()
-    RETURNING j.job_record_id, j.attempt_count, j.principal_scope_hash,
-              j.submission_key_hash, j.request_digest
+    RETURNING j.job_record_id, j.attempt_count
+), dequeued AS (
+    DELETE FROM etl_job_claim_queue q
+    WHERE q.job_record_id = ANY(ARRAY(SELECT job_record_id FROM won))
 ), events AS (
     INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, attempt_count)
     SELECT 'job_lifecycle', job_record_id, 'SUCCEEDED', attempt_count FROM won
 )
-SELECT job_record_id, attempt_count, principal_scope_hash, submission_key_hash, request_digest FROM won`
+SELECT job_record_id, attempt_count FROM won`
 
 // Succeed applies the fenced terminal success of refs (all of ownerID) inside
 // the caller's transaction tx and returns the jobs that won, in no particular
 // order. A ref missing from the result lost its lease: the caller must write
-// no target or ledger row for it. Run it before the target writes so the won
-// rows are locked and the live set is known; commit only after them.
+// no target row for it. Run it before the target writes so the won rows are
+// locked and the live set is known; commit only after them.
 func Succeed(ctx context.Context, tx pg.DBTX, ownerID string, refs []Ref) ([]Won, error) {
 	if len(refs) == 0 {
 		return nil, nil
@@ -340,7 +386,7 @@ func Succeed(ctx context.Context, tx pg.DBTX, ownerID string, refs []Ref) ([]Won
 	var won []Won
 	for rows.Next() {
 		var w Won
-		if err := rows.Scan(&w.JobID, &w.Attempt, &w.PrincipalScopeHash, &w.SubmissionKeyHash, &w.RequestDigest); err != nil {
+		if err := rows.Scan(&w.JobID, &w.Attempt); err != nil {
 			return nil, fmt.Errorf("succeed jobs: scan: %w", err)
 		}
 		won = append(won, w)
@@ -364,6 +410,14 @@ func SucceedOne(ctx context.Context, tx pg.DBTX, ref Ref) (Won, error) {
 	return won[0], nil
 }
 
+// requeueMoved is the CTE that moves the claim-queue row of a job the
+// statement's "moved" CTE returned to PENDING to its new available_at.
+const requeueMoved = `requeued AS (
+    UPDATE etl_job_claim_queue q SET claimable_at = m.available_at
+    FROM moved m
+    WHERE q.job_record_id = m.job_record_id AND q.job_record_id = $1
+)`
+
 // retrySQL puts an exact live lease back to PENDING, available again at the
 // database's current time plus $4 microseconds, and announces it.
 const retrySQL = `
@@ -376,8 +430,8 @@ WITH moved AS (
         updated_at = clock_timestamp()
     WHERE ` + exactLease + `
       AND attempt_count < max_attempts
-    RETURNING job_record_id, attempt_count
-), events AS (
+    RETURNING job_record_id, attempt_count, available_at
+), ` + requeueMoved + `, events AS (
     INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, attempt_count)
     SELECT 'job_available', job_record_id, 'PENDING', attempt_count FROM moved
 )
@@ -403,6 +457,9 @@ WITH moved AS (
         updated_at = clock_timestamp()
     WHERE ` + exactLease + `
     RETURNING job_record_id, attempt_count
+), dequeued AS (
+    DELETE FROM etl_job_claim_queue q USING moved m
+    WHERE q.job_record_id = m.job_record_id AND q.job_record_id = $1
 ), events AS (
     INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, attempt_count, event_code)
     SELECT 'job_lifecycle', job_record_id, 'FAILED', attempt_count, $4 FROM moved
@@ -428,8 +485,8 @@ WITH moved AS (
         lease_expires_at = NULL, lease_fencing_token = NULL,
         updated_at = clock_timestamp()
     WHERE ` + exactLease + `
-    RETURNING job_record_id, attempt_count
-), events AS (
+    RETURNING job_record_id, attempt_count, available_at
+), ` + requeueMoved + `, events AS (
     INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, attempt_count)
     SELECT 'job_available', job_record_id, 'PENDING', attempt_count FROM moved
 )

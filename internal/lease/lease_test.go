@@ -58,8 +58,7 @@ func claim(t *testing.T, db pg.DBTX, owner string, limit int, d time.Duration) l
 // expire moves a job's lease expiry into the past by the database clock.
 func expire(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) {
 	t.Helper()
-	if _, err := pool.Exec(context.Background(),
-		`UPDATE etl_job_records SET lease_expires_at = clock_timestamp() - interval '1 millisecond' WHERE job_record_id = $1`, id); err != nil {
+	if _, err := pool.Exec(context.Background(), pgtest.ExpireLeaseSQL, id, time.Millisecond.Microseconds()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -197,7 +196,7 @@ func TestRetryBackoffUsesDatabaseClock(t *testing.T) {
 		t.Fatal("retried job claimable before available_at")
 	}
 	// Move available_at to the past by the database clock: claimable again.
-	if _, err := pool.Exec(context.Background(), `UPDATE etl_job_records SET available_at = clock_timestamp() - interval '1 second' WHERE job_record_id=$1`, ids[0]); err != nil {
+	if _, err := pool.Exec(context.Background(), pgtest.MakeAvailableSQL, ids[0], time.Second.Microseconds()); err != nil {
 		t.Fatal(err)
 	}
 	got := claim(t, pool, "worker-bbbb", 1, time.Minute).Claimed

@@ -1,9 +1,10 @@
 // Package natstest gives tests a real NATS server with JetStream and an
 // isolated subject prefix.
 //
-// URL comes from TEST_NATS_URL when set, otherwise from a testcontainers-go
-// NATS container when a Docker engine answers; with neither, tests skip
-// locally and FAIL when CI=true. StartServer runs a private in-process
+// URL comes from TEST_NATS_URL when set, otherwise from the local server on
+// its default port (LocalURL) when it answers with JetStream, otherwise from
+// a testcontainers-go NATS container when a Docker engine answers; with none
+// of them, tests FAIL with one line (they never pass by skipping). StartServer runs a private in-process
 // nats-server on a free port, for tests that must stop and restart NATS.
 package natstest
 
@@ -31,8 +32,11 @@ var (
 	urlErr  error
 )
 
-// URL returns the shared test NATS server's URL, or ends the test (skip
-// locally, fail under CI=true) when there is none.
+// LocalURL is where a developer machine and CI run NATS by default.
+const LocalURL = "nats://127.0.0.1:4222"
+
+// URL returns the shared test NATS server's URL, or fails the test with one
+// line when there is none.
 func URL(t testing.TB) string {
 	t.Helper()
 	urlOnce.Do(func() {
@@ -40,15 +44,37 @@ func URL(t testing.TB) string {
 			natsURL = u
 			return
 		}
+		localErr := probeLocal()
+		if localErr == nil {
+			natsURL = LocalURL
+			return
+		}
 		natsURL, urlErr = startContainer()
+		if urlErr != nil {
+			urlErr = fmt.Errorf("TEST_NATS_URL unset; local server: %v; %w", localErr, urlErr)
+		}
 	})
 	if urlErr != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("natstest: no NATS for tests (set TEST_NATS_URL or run a Docker engine): %v", urlErr)
-		}
-		t.Skipf("natstest: no NATS for tests (set TEST_NATS_URL or run a Docker engine): %v", urlErr)
+		t.Fatalf("natstest: no NATS for tests (set TEST_NATS_URL, start nats-server -js on 127.0.0.1:4222 or a Docker engine): %v", urlErr)
 	}
 	return natsURL
+}
+
+// probeLocal connects to LocalURL and checks that JetStream answers.
+func probeLocal() error {
+	nc, err := nats.Connect(LocalURL, nats.Timeout(2*time.Second), nats.NoReconnect())
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := nc.JetStream(nats.MaxWait(2 * time.Second))
+	if err != nil {
+		return err
+	}
+	if _, err := js.AccountInfo(); err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	return nil
 }
 
 func startContainer() (string, error) {

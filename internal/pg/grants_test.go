@@ -91,11 +91,6 @@ func TestWorkerRoleRunsLeasesAndNothingMore(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO etl_idempotency_records (principal_scope_hash, idempotency_key_hash, request_digest, response_text, job_record_id)
-			VALUES ($1, $2, $3, 'Processed: g1', $4)`, won.PrincipalScopeHash, won.SubmissionKeyHash, won.RequestDigest, won.JobID)
-		if err != nil {
-			return err
-		}
 		_, err = tx.Exec(ctx, `INSERT INTO processed_data (job_record_id, data, normalized_record) VALUES ($1, 'ID:g1,', '{"ID":"g1"}')`, won.JobID)
 		return err
 	}); err != nil {
@@ -107,6 +102,9 @@ func TestWorkerRoleRunsLeasesAndNothingMore(t *testing.T) {
 		"delete jobs":    `DELETE FROM etl_job_records`,
 		"delete ledger":  `DELETE FROM etl_idempotency_records`,
 		"delete outbox":  `DELETE FROM etl_outbox_events`,
+		"write ledger": `INSERT INTO etl_idempotency_records (principal_scope_hash, idempotency_key_hash, request_digest, response_text)
+			VALUES (repeat('0', 64), repeat('0', 64), repeat('0', 64), 'x')`,
+		"queue a job": `INSERT INTO etl_job_claim_queue (job_record_id, claimable_at) SELECT job_record_id, clock_timestamp() FROM etl_job_records LIMIT 1`,
 	} {
 		err := asWorker(func(tx pgx.Tx) error { _, err := tx.Exec(ctx, stmt); return err })
 		if !isInsufficientPrivilege(err) {

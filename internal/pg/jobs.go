@@ -3,6 +3,7 @@ package pg
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,7 +27,8 @@ const (
 
 // NewJob is one job to insert.
 type NewJob struct {
-	// JobID is the new job's id; uuid.Nil draws a random one.
+	// JobID is the new job's id; uuid.Nil draws a time-ordered one (UUIDv7),
+	// so new jobs land near each other in every index keyed by job id.
 	JobID              uuid.UUID
 	Kind               string
 	PrincipalScopeHash string
@@ -80,7 +82,7 @@ type Inserted struct {
 // submission_key_hash) makes concurrent identical submissions converge: the
 // loser waits for the winner's commit and then inserts nothing. The lineage
 // arrays hold NULL for jobs without lineage.
-const insertJobsSQL = `
+var insertJobsSQL = `
 WITH ins AS (
     INSERT INTO etl_job_records AS j (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
                                  request_digest, request_payload, max_attempts,
@@ -88,12 +90,15 @@ WITH ins AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int[],
                          $8::uuid[], $9::uuid[], $10::int[])
     ON CONFLICT (principal_scope_hash, submission_key_hash) DO NOTHING
-    RETURNING ` + jobColumns + `
+    RETURNING ` + jobColumns + `, j.available_at
+), queued AS (
+    INSERT INTO etl_job_claim_queue (job_record_id, claimable_at)
+    SELECT job_record_id, available_at FROM ins
 ), events AS (
     INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, attempt_count)
     SELECT 'job_available', job_record_id, 'PENDING', 0 FROM ins
 )
-SELECT * FROM ins`
+SELECT ` + bareJobColumns + ` FROM ins`
 
 const existingJobsSQL = `
 SELECT j.principal_scope_hash, j.submission_key_hash, ` + jobColumns + `
@@ -106,6 +111,9 @@ JOIN unnest($1::text[], $2::text[]) AS k(principal_scope_hash, submission_key_ha
 const jobColumns = `j.job_record_id, j.job_kind, j.job_status, j.attempt_count, j.failure_code, j.cancellation_code, ` +
 	`j.created_at, j.updated_at, j.request_digest, ` +
 	`j.replay_source_job_record_id, j.replay_root_job_record_id, j.replay_generation_count`
+
+// bareJobColumns are jobColumns without the alias, for reading a CTE.
+var bareJobColumns = strings.ReplaceAll(jobColumns, "j.", "")
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -143,7 +151,11 @@ func InsertJobs(ctx context.Context, db DBTX, jobs []NewJob) ([]Inserted, error)
 	generations := make([]pgtype.Int4, n)
 	for i, j := range jobs {
 		if j.JobID == uuid.Nil {
-			j.JobID = uuid.New()
+			id, err := uuid.NewV7()
+			if err != nil {
+				return nil, fmt.Errorf("insert jobs: job id: %w", err)
+			}
+			j.JobID = id
 		}
 		ids[i], kinds[i], scopes[i], keys[i] = j.JobID, j.Kind, j.PrincipalScopeHash, j.SubmissionKeyHash
 		digests[i], payloads[i], attempts[i] = j.RequestDigest, j.Payload, int32(j.MaxAttempts)

@@ -67,6 +67,10 @@ WITH cancelled AS (
     WHERE j.job_record_id = old.job_record_id
       AND j.job_status IN ('PENDING', 'RUNNING')
     RETURNING old.job_status AS previous_status, ` + jobColumns + `
+), dequeued AS (
+    -- A cancelled job leaves the claim queue in the same statement.
+    DELETE FROM etl_job_claim_queue q USING cancelled c
+    WHERE q.job_record_id = c.job_record_id AND q.job_record_id = $1
 ), lifecycle_events AS (
     INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, attempt_count, event_code)
     SELECT 'job_lifecycle', job_record_id, 'CANCELLED', attempt_count, 'etl_job_cancelled_by_owner'

@@ -567,3 +567,112 @@ func TestEnsureDatabaseLeavesMaintenanceDatabaseAlone(t *testing.T) {
 		t.Fatal("unparseable URL accepted")
 	}
 }
+
+// Migration 00005 moves claim eligibility into etl_job_claim_queue: existing
+// PENDING and RUNNING jobs get their queue rows (claimable at available_at and
+// at the lease expiry), terminal jobs none; the old partial indexes go, and
+// the new format checks accept and refuse exactly what the regular
+// expressions did. Down restores the indexes and drops the queue, keeping
+// every job row; up again re-queues them.
+func TestMigration00005QueuesExistingJobsAndDownReverts(t *testing.T) {
+	pool, _ := pgtest.NewDatabase(t, pgtest.Options{Empty: true})
+	ctx := context.Background()
+	if err := pg.MigrateTo(ctx, pool, 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, migPendingRowSQL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, migCancelledRowSQL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
+		request_digest, request_payload, job_status, attempt_count, max_attempts,
+		lease_claim_id, lease_owner_id, lease_expires_at, lease_fencing_token)
+	VALUES (gen_random_uuid(), 'diagnostic', repeat('a', 64), repeat('e', 64), repeat('b', 64), '{}', 'RUNNING', 1, 3,
+		gen_random_uuid(), 'worker-mig-0005', clock_timestamp() + interval '1 hour', nextval('etl_lease_fencing_token_sequence'))`); err != nil {
+		t.Fatal(err)
+	}
+	migUp(t, pool)
+	if migRelationExists(t, pool, "etl_job_claim_eligibility_index") || migRelationExists(t, pool, "etl_job_lease_expiry_index") {
+		t.Error("the job row's eligibility indexes survived 00005")
+	}
+	var queued, matching int
+	if err := pool.QueryRow(ctx, `SELECT count(*),
+		count(*) FILTER (WHERE q.claimable_at = CASE j.job_status WHEN 'PENDING' THEN j.available_at ELSE j.lease_expires_at END)
+		FROM etl_job_claim_queue q JOIN etl_job_records j USING (job_record_id)`).Scan(&queued, &matching); err != nil {
+		t.Fatal(err)
+	}
+	if queued != 2 || matching != 2 {
+		t.Fatalf("queued %d (%d at the right time), want the PENDING and the RUNNING job", queued, matching)
+	}
+	pgtest.AssertClaimQueueConsistent(t, pool)
+
+	// The rewritten format checks: same accepted and refused sets.
+	for _, c := range []struct {
+		name, set string
+		ok        bool
+	}{
+		{"hex digest ok", `request_digest = repeat('0123456789abcdef', 4)`, true},
+		{"hex digest uppercase", `request_digest = repeat('A', 64)`, false},
+		{"hex digest short", `request_digest = repeat('a', 63)`, false},
+		{"hex digest long", `request_digest = repeat('a', 65)`, false},
+		{"hex digest non-ascii", `request_digest = repeat('a', 63) || 'é'`, false},
+		{"owner hash space", `principal_scope_hash = repeat('a', 63) || ' '`, false},
+		{"submission key hash g", `submission_key_hash = repeat('a', 63) || 'g'`, false},
+	} {
+		_, err := pool.Exec(ctx, `UPDATE etl_job_records SET `+c.set+` WHERE job_status = 'PENDING'`)
+		if c.ok != (err == nil) {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+	for _, c := range []struct {
+		owner string
+		ok    bool
+	}{
+		{"worker-A.b_c:d-9", true}, {"abcdefgh", true}, {"abcdefg", false}, {strings.Repeat("a", 128), true},
+		{strings.Repeat("a", 129), false}, {"worker 1234", false}, {"worker/1234", false}, {"wörker-1234", false},
+	} {
+		_, err := pool.Exec(ctx, `UPDATE etl_job_records SET lease_owner_id = $1 WHERE job_status = 'RUNNING'`, c.owner)
+		if c.ok != (err == nil) {
+			t.Errorf("owner %q: %v", c.owner, err)
+		}
+	}
+	for _, c := range []struct {
+		code string
+		ok   bool
+	}{
+		{"etl_target_failure", true}, {"abc", true}, {"ab", false}, {"1bc", false}, {"_bc", false}, {"Abc", false},
+		{"a" + strings.Repeat("b", 127), true}, {"a" + strings.Repeat("b", 128), false}, {"abc-d", false},
+	} {
+		_, err := pool.Exec(ctx, `UPDATE etl_job_records SET job_status = 'FAILED', failure_code = $1, request_payload = NULL
+			WHERE job_status = 'PENDING'`, c.code)
+		if c.ok != (err == nil) {
+			t.Errorf("failure code %q: %v", c.code, err)
+		}
+		if err == nil {
+			if _, err := pool.Exec(ctx, `UPDATE etl_job_records SET job_status = 'PENDING', failure_code = NULL, request_payload = '{}'
+				WHERE job_status = 'FAILED'`); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	if err := pg.MigrateTo(ctx, pool, 4); err != nil {
+		t.Fatalf("down to 4: %v", err)
+	}
+	if migRelationExists(t, pool, "etl_job_claim_queue") {
+		t.Error("etl_job_claim_queue survived the down migration")
+	}
+	for _, idx := range []string{"etl_job_claim_eligibility_index", "etl_job_lease_expiry_index"} {
+		if !migRelationExists(t, pool, idx) {
+			t.Errorf("%s not restored by the down migration", idx)
+		}
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM etl_job_records`).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("job rows after down: %d %v, want 3", n, err)
+	}
+	migUp(t, pool)
+	pgtest.AssertClaimQueueConsistent(t, pool)
+}

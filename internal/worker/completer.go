@@ -76,9 +76,15 @@ func (w *Worker) commitGroup(batch []*finishReq) {
 
 // commitFinish is the finish transaction: fenced success for every job of
 // the group first (locking the won rows and telling which are still ours),
-// then target rows and ledger rows only for the winners, then commit. A job
-// whose lease did not match writes nothing. On error nothing is committed and
-// the caller replies; on success each request is answered here.
+// then target rows only for the winners, then commit. A job whose lease did
+// not match writes nothing. On error nothing is committed and the caller
+// replies; on success each request is answered here.
+//
+// A durable job writes no response-ledger row: its idempotency is the job
+// row's own (principal, submission key) uniqueness, its evidence is the
+// SUCCEEDED row and its processed_data rows (keyed by job id), and no
+// endpoint ever read the ledger text of a durable job. The ledger remains the
+// synchronous path's idempotency store (docs/architecture.md).
 func (w *Worker) commitFinish(batch []*finishReq) error {
 	refs := make([]lease.Ref, len(batch))
 	for i, req := range batch {
@@ -93,28 +99,19 @@ func (w *Worker) commitFinish(batch []*finishReq) error {
 			return err
 		}
 		won = make(map[uuid.UUID]bool, len(winners))
-		byJob := make(map[uuid.UUID]lease.Won, len(winners))
 		for _, wn := range winners {
 			won[wn.JobID] = true
-			byJob[wn.JobID] = wn
 		}
 		var rows []etl.TargetRow
-		ledger := ledgerRows{}
 		for _, req := range batch {
-			id := req.r.claim.JobID
-			if !won[id] {
-				continue
-			}
-			rows = append(rows, req.out.Rows...)
-			wn := byJob[id]
-			ledger.add(wn, req.out.ResponseText)
-		}
-		if len(rows) > 0 {
-			if err := etl.LoadRows(ctx, tx, rows); err != nil {
-				return err
+			if won[req.r.claim.JobID] {
+				rows = append(rows, req.out.Rows...)
 			}
 		}
-		return ledger.insert(ctx, tx)
+		if len(rows) == 0 {
+			return nil
+		}
+		return etl.LoadRows(ctx, tx, rows)
 	})
 	if err != nil {
 		return err
@@ -128,32 +125,4 @@ func (w *Worker) commitFinish(batch []*finishReq) error {
 		}
 	}
 	return nil
-}
-
-// ledgerRows collects response-ledger rows of won jobs for one insert.
-type ledgerRows struct {
-	scopes, keys, digests, texts []string
-	jobs                         []uuid.UUID
-}
-
-func (l *ledgerRows) add(w lease.Won, text string) {
-	l.scopes = append(l.scopes, w.PrincipalScopeHash)
-	l.keys = append(l.keys, w.SubmissionKeyHash)
-	l.digests = append(l.digests, w.RequestDigest)
-	l.texts = append(l.texts, text)
-	l.jobs = append(l.jobs, w.JobID)
-}
-
-// insertLedgerSQL writes one response-ledger row per won job, keyed by the
-// job's own (principal, submission key) pair, inside the finish transaction.
-const insertLedgerSQL = `
-INSERT INTO etl_idempotency_records (principal_scope_hash, idempotency_key_hash, request_digest, response_text, job_record_id)
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::uuid[])`
-
-func (l *ledgerRows) insert(ctx context.Context, tx pgx.Tx) error {
-	if len(l.jobs) == 0 {
-		return nil
-	}
-	_, err := tx.Exec(ctx, insertLedgerSQL, l.scopes, l.keys, l.digests, l.texts, l.jobs)
-	return err
 }

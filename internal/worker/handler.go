@@ -30,7 +30,9 @@ type Handler func(ctx context.Context, c *lease.Claim) (Output, error)
 // digest recorded at submission.
 func verifyDigest(c *lease.Claim) error {
 	sum := sha256.Sum256([]byte(c.Payload))
-	if hex.EncodeToString(sum[:]) != c.RequestDigest {
+	var hexSum [2 * sha256.Size]byte
+	hex.Encode(hexSum[:], sum[:])
+	if string(hexSum[:]) != c.RequestDigest {
 		return Permanent(CodeIntegrityFailure, errors.New("payload digest mismatch"))
 	}
 	return nil

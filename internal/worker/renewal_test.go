@@ -318,7 +318,7 @@ func TestReclaimOfOwnExpiredJobStopsTheOlderHandler(t *testing.T) {
 	h := newWorker(t, url, cfg, worker.Hooks{})
 	h.start(t)
 	testwait.For(t, 20*time.Second, "running", func() bool { return h.w.Running() == 1 })
-	if _, err := pool.Exec(context.Background(), `UPDATE etl_job_records SET lease_expires_at = clock_timestamp() - interval '1 ms' WHERE job_record_id=$1`, ids[0]); err != nil {
+	if _, err := pool.Exec(context.Background(), pgtest.ExpireLeaseSQL, ids[0], time.Millisecond.Microseconds()); err != nil {
 		t.Fatal(err)
 	}
 	testwait.For(t, 20*time.Second, "older claim superseded", func() bool {

@@ -215,8 +215,13 @@ func TestFourWorkersDrainThousandJobsExactlyOnce(t *testing.T) {
 			t.Fatalf("job %d loaded %d rows, want %d", i, perJob[id], want)
 		}
 	}
-	if n := count(t, pool, `SELECT count(*) FROM etl_idempotency_records WHERE job_record_id IS NOT NULL`); n != 1000 {
-		t.Fatalf("ledger rows %d, want 1000", n)
+	// Durable jobs write no response-ledger row (migration 00005).
+	if n := count(t, pool, `SELECT count(*) FROM etl_idempotency_records`); n != 0 {
+		t.Fatalf("ledger rows %d, want 0", n)
+	}
+	pgtest.AssertClaimQueueConsistent(t, pool)
+	if n := count(t, pool, `SELECT count(*) FROM etl_job_claim_queue`); n != 0 {
+		t.Fatalf("claim queue rows %d after every job finished, want 0", n)
 	}
 	// No job was ever owned by two live leases: nothing was reclaimed, so
 	// every job ran under exactly one claim.
@@ -272,7 +277,7 @@ func TestStaleWorkerLateFinishRollsBackAfterReclaim(t *testing.T) {
 		t.Fatalf("paused on %v", got)
 	}
 	// The database clock says A's lease is over; B reclaims and succeeds.
-	if _, err := pool.Exec(context.Background(), `UPDATE etl_job_records SET lease_expires_at = clock_timestamp() - interval '1 ms' WHERE job_record_id=$1`, ids[0]); err != nil {
+	if _, err := pool.Exec(context.Background(), pgtest.ExpireLeaseSQL, ids[0], time.Millisecond.Microseconds()); err != nil {
 		t.Fatal(err)
 	}
 	cfgB := fastConfig()
@@ -288,8 +293,8 @@ func TestStaleWorkerLateFinishRollsBackAfterReclaim(t *testing.T) {
 	if n := count(t, pool, `SELECT count(*) FROM processed_data WHERE job_record_id=$1`, ids[0]); n != 3 {
 		t.Fatalf("processed rows %d, want exactly 3 (B's)", n)
 	}
-	if n := count(t, pool, `SELECT count(*) FROM etl_idempotency_records WHERE job_record_id=$1`, ids[0]); n != 1 {
-		t.Fatalf("ledger rows %d, want 1", n)
+	if n := count(t, pool, `SELECT count(*) FROM etl_job_claim_queue WHERE job_record_id=$1`, ids[0]); n != 0 {
+		t.Fatalf("claim queue rows %d of a finished job, want 0", n)
 	}
 	st, attempts, _ := jobState(t, pool, ids[0])
 	if st != pg.StatusSucceeded || attempts != 2 {
@@ -390,7 +395,7 @@ func TestDatabaseClockDecidesLeaseLossWhateverTheHostThinks(t *testing.T) {
 	h.start(t)
 	testwait.For(t, 30*time.Second, "running", func() bool { return h.w.Running() == 1 })
 	// The worker's own view leaves ~30s; the database says the lease is over.
-	if _, err := pool.Exec(context.Background(), `UPDATE etl_job_records SET lease_expires_at = clock_timestamp() - interval '1 ms' WHERE job_record_id=$1`, ids[0]); err != nil {
+	if _, err := pool.Exec(context.Background(), pgtest.ExpireLeaseSQL, ids[0], time.Millisecond.Microseconds()); err != nil {
 		t.Fatal(err)
 	}
 	h.w.RenewOnce()
