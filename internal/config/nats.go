@@ -33,6 +33,12 @@ type NATS struct {
 	// OutboxPollInterval is MIGHTYETL_OUTBOX_POLL_INTERVAL, default 1s, in
 	// [10ms, 1h]: the relay's fallback poll when no notification arrives.
 	OutboxPollInterval time.Duration
+	// RequestConcurrency is MIGHTYETL_NATS_REQUEST_CONCURRENCY, default 256, in
+	// [1, 4096]: request messages in flight at once (pulled, in the intake's
+	// group commit, or being acknowledged). The consumer pulls this many per
+	// fetch and the concurrent submissions share commits, so it sets how many
+	// requests one commit can carry.
+	RequestConcurrency int
 	// OutboxBatchSize is MIGHTYETL_OUTBOX_BATCH_SIZE, default 500, in [1, 10000]:
 	// rows of each class (advisory, lifecycle) per relay batch.
 	OutboxBatchSize int
@@ -58,6 +64,8 @@ func RegisterNATS(l *Loader, dst *NATS) {
 		"client private key (PEM) for mutual TLS with NATS", nil)
 	l.Bool(&dst.RequestsEnabled, "MIGHTYETL_NATS_REQUESTS_ENABLED", "nats-requests-enabled", false,
 		"consume job submissions from the JetStream request stream")
+	l.Int(&dst.RequestConcurrency, "MIGHTYETL_NATS_REQUEST_CONCURRENCY", "nats-request-concurrency",
+		256, 1, 4096, "JetStream request messages handled at once (they share the intake's group commits)")
 	l.Duration(&dst.OutboxPollInterval, "MIGHTYETL_OUTBOX_POLL_INTERVAL", "outbox-poll-interval",
 		time.Second, 10*time.Millisecond, time.Hour, "outbox relay fallback poll interval")
 	l.Int(&dst.OutboxBatchSize, "MIGHTYETL_OUTBOX_BATCH_SIZE", "outbox-batch-size",

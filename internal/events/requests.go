@@ -72,7 +72,10 @@ type Rejection struct {
 type RequestConsumerOptions struct {
 	// Durable is the durable consumer's name; empty means "mightyetl-intake".
 	Durable string
-	// Concurrency is how many requests are handled at once; zero means 8.
+	// Concurrency is how many requests are handled at once; zero means 256.
+	// Each is one goroutine waiting on the intake's group commit, so many
+	// requests share a commit; the consumer pulls up to this many at a time
+	// and allows 4x as many unacknowledged.
 	Concurrency int
 	// AckWait is how long the server waits for an ack before redelivering;
 	// zero means 30s. HandlerTimeout must be shorter.
@@ -94,7 +97,7 @@ func (o *RequestConsumerOptions) defaults() {
 		o.Durable = "mightyetl-intake"
 	}
 	if o.Concurrency <= 0 {
-		o.Concurrency = 8
+		o.Concurrency = 256
 	}
 	if o.AckWait <= 0 {
 		o.AckWait = 30 * time.Second

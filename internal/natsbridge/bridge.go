@@ -69,7 +69,7 @@ func Start(ctx context.Context, o Options) (*Bridge, error) {
 	}
 	if o.NATS.RequestsEnabled && o.Service != nil {
 		b.consumer, err = events.NewRequestConsumer(nc, o.NATS.SubjectPrefix, intake.NATSRequests{Service: o.Service},
-			o.Log, em, events.RequestConsumerOptions{MaxRequestBytes: int32(o.MaxRequestBytes)})
+			o.Log, em, events.RequestConsumerOptions{MaxRequestBytes: int32(o.MaxRequestBytes), Concurrency: o.NATS.RequestConcurrency})
 		if err == nil {
 			err = b.consumer.Start(ctx)
 		}
