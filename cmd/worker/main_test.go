@@ -219,7 +219,7 @@ func TestSIGKILLedWorkersJobIsReclaimedAfterDatabaseExpiry(t *testing.T) {
 		t.Fatalf("rows %d attempts %d, want 2 and 2", rows, attempts)
 	}
 	var lifecycle int
-	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM etl_outbox_events WHERE job_record_id=$1 AND job_status='SUCCEEDED'`, id).Scan(&lifecycle); err != nil || lifecycle != 1 {
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM etl_outbox_job_events WHERE job_record_id=$1 AND job_status='SUCCEEDED'`, id).Scan(&lifecycle); err != nil || lifecycle != 1 {
 		t.Fatalf("success events %d %v", lifecycle, err)
 	}
 	_ = b // B is stopped by the test cleanup

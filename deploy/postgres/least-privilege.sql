@@ -69,6 +69,7 @@ ALTER TABLE etl_idempotency_records OWNER TO mightyetl_migrator_role;
 ALTER TABLE processed_data          OWNER TO mightyetl_migrator_role;
 ALTER TABLE etl_outbox_events       OWNER TO mightyetl_migrator_role;
 ALTER TABLE etl_job_claim_queue     OWNER TO mightyetl_migrator_role;
+ALTER VIEW  etl_outbox_job_events   OWNER TO mightyetl_migrator_role;
 ALTER SEQUENCE etl_lease_fencing_token_sequence OWNER TO mightyetl_migrator_role;
 DO $functions$
 DECLARE

@@ -25,7 +25,7 @@ const CloudEventsContentType = "application/cloudevents+json"
 // hash, no lease id.
 type CloudEvent struct {
 	SpecVersion     string        `json:"specversion"`     // always "1.0"
-	ID              string        `json:"id"`              // the outbox id, decimal
+	ID              string        `json:"id"`              // Lifecycle.EventID: "<outbox id>" or "<outbox id>-<member>"
 	Source          string        `json:"source"`          // DefaultSource unless configured
 	Type            string        `json:"type"`            // io.mightyetl.job.<status lowercase>
 	Time            time.Time     `json:"time"`            // when the state change committed (database clock), RFC 3339
@@ -46,12 +46,28 @@ type LifecycleData struct {
 
 // Lifecycle is one job_lifecycle outbox row.
 type Lifecycle struct {
-	OutboxID     int64
+	OutboxID int64
+	// Grouped is true for a member of a group outbox row (one row for a
+	// whole finish group, migration 00006); Member is then the job's 0-based
+	// position in the row's arrays.
+	Grouped      bool
+	Member       int
 	JobID        uuid.UUID
 	Status       string // upper case, as stored: SUCCEEDED, FAILED, CANCELLED
 	AttemptCount int
 	Code         string // failure or cancellation code; empty when none
 	OccurredAt   time.Time
+}
+
+// EventID is the event's stable id: the outbox id in decimal for a plain
+// row, "<outbox id>-<member>" for a member of a group row. It never changes
+// for a given row and member, so a republished event keeps its id, and the
+// two forms never collide.
+func (e Lifecycle) EventID() string {
+	if !e.Grouped {
+		return strconv.FormatInt(e.OutboxID, 10)
+	}
+	return strconv.FormatInt(e.OutboxID, 10) + "-" + strconv.Itoa(e.Member)
 }
 
 // NewCloudEvent builds the envelope of e with the given source (empty means
@@ -70,7 +86,7 @@ func NewCloudEvent(source string, e Lifecycle) CloudEvent {
 	}
 	return CloudEvent{
 		SpecVersion:     "1.0",
-		ID:              strconv.FormatInt(e.OutboxID, 10),
+		ID:              e.EventID(),
 		Source:          source,
 		Type:            "io.mightyetl.job." + strings.ToLower(e.Status),
 		Time:            e.OccurredAt.UTC(),
@@ -80,7 +96,7 @@ func NewCloudEvent(source string, e Lifecycle) CloudEvent {
 }
 
 // LifecycleMsg builds the JetStream message of e: subject
-// "<p>.lifecycle.<status>", header Nats-Msg-Id = the outbox id (so
+// "<p>.lifecycle.<status>", header Nats-Msg-Id = the event id (so
 // JetStream drops a republished copy inside the stream's duplicate window),
 // Content-Type application/cloudevents+json, body the CloudEvent. It returns
 // an error when the status is not a subject token.
@@ -95,7 +111,7 @@ func LifecycleMsg(s Subjects, source string, e Lifecycle) (*nats.Msg, error) {
 	}
 	m := nats.NewMsg(subject)
 	m.Data = body
-	m.Header.Set(jetstream.MsgIDHeader, strconv.FormatInt(e.OutboxID, 10))
+	m.Header.Set(jetstream.MsgIDHeader, e.EventID())
 	m.Header.Set("Content-Type", CloudEventsContentType)
 	return m, nil
 }

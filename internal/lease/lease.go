@@ -335,7 +335,8 @@ type Won struct {
 
 // succeedSQL moves every presented exact live lease to SUCCEEDED, clearing
 // payload and lease, removes the jobs from the claim queue and writes one
-// lifecycle outbox row per job. Each job is decided by its own exact
+// lifecycle outbox group row for all the jobs that won (one event per job
+// once the relay expands it). Each job is decided by its own exact
 // predicate; rows not matched are simply absent from the result. The UPDATE
 // locks the won rows until the caller's transaction ends, so a concurrent
 // cancel waits and then finds them SUCCEEDED. Lock order: job rows, then
@@ -360,8 +361,13 @@ WITH won AS (
     DELETE FROM etl_job_claim_queue q
     WHERE q.job_record_id = ANY(ARRAY(SELECT job_record_id FROM won))
 ), events AS (
-    INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, attempt_count)
-    SELECT 'job_lifecycle', job_record_id, 'SUCCEEDED', attempt_count FROM won
+    -- One outbox row for the whole group (migration 00006); the relay
+    -- expands it into one event per job. Both array_agg calls read the rows
+    -- of one aggregation pass in the same order, so the arrays are parallel.
+    INSERT INTO etl_outbox_events (event_kind, job_status, job_record_ids, attempt_counts)
+    SELECT 'job_lifecycle', 'SUCCEEDED', array_agg(job_record_id), array_agg(attempt_count)
+    FROM won
+    HAVING count(*) > 0
 )
 SELECT job_record_id, attempt_count FROM won`
 

@@ -325,9 +325,10 @@ func (r *Relay) runOnce(ctx context.Context) (published int, more bool, err erro
 		for _, a := range advisory {
 			done = append(done, a.id)
 		}
-		acked, discarded, err := r.publishLifecycle(ctx, lifecycle)
+		acked, discarded, ackedEvents, leftover, err := r.publishLifecycle(ctx, lifecycle, r.opts.BatchSize)
 		lifecycleErr = err
-		published += len(acked)
+		published += ackedEvents
+		more = more || leftover
 		done = append(append(done, acked...), discarded...)
 		if lifecycleErr != nil {
 			more = false // back off until the next wake-up or poll
@@ -393,31 +394,38 @@ func (r *Relay) publishAdvisory(rows []row, connected bool) int {
 
 // publishLifecycle publishes rows to JetStream asynchronously, waits for the
 // acknowledgements (bounded by PublishTimeout), and returns the ids of the
-// acknowledged rows, the ids of malformed rows to discard, and an error when
-// any row was not acknowledged. A malformed row (which no mightyETL statement
+// rows whose every event was acknowledged, the ids of malformed rows to
+// discard, how many events were acknowledged, and an error when any event
+// was not acknowledged. A group row (migration 00006) becomes one event per
+// member, each with its stable id "<row id>-<member>"; it is done only when
+// all of them are acknowledged, and otherwise republished whole later (the
+// stable ids let JetStream drop the copies). At most maxEvents events go out
+// per call (always at least one row); the rows left over stay for the next
+// batch and leftover is true. A malformed row (which no mightyETL statement
 // writes) is discarded and counted as dropped, so it cannot block the outbox
 // forever.
-func (r *Relay) publishLifecycle(ctx context.Context, rows []row) (acked, discarded []int64, err error) {
+func (r *Relay) publishLifecycle(ctx context.Context, rows []row, maxEvents int) (acked, discarded []int64, ackedEvents int, leftover bool, err error) {
 	if len(rows) == 0 {
-		return nil, nil, nil
+		return nil, nil, 0, false, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.opts.PublishTimeout)
 	defer cancel()
 	if !r.streamReady.Load() {
 		if _, err := events.EnsureLifecycleStream(ctx, r.js, r.subjects.Prefix()); err != nil {
 			r.m.Published.WithLabelValues(metrics.OutboxKindLifecycle, metrics.OutboxFailed).Add(float64(len(rows)))
-			return nil, nil, fmt.Errorf("ensure lifecycle stream: %w", err)
+			return nil, nil, 0, false, fmt.Errorf("ensure lifecycle stream: %w", err)
 		}
 		r.streamReady.Store(true)
 	}
 	type pending struct {
-		id  int64
+		row int // index into rows
 		fut jetstream.PubAckFuture
 	}
 	var (
 		inflight []pending
 		firstErr error
 		failed   int
+		sent     int
 	)
 	fail := func(err error) {
 		failed++
@@ -425,53 +433,105 @@ func (r *Relay) publishLifecycle(ctx context.Context, rows []row) (acked, discar
 			firstErr = err
 		}
 	}
-	for _, lr := range rows {
-		if !lr.jobID.Valid || lr.status == nil {
-			r.m.Published.WithLabelValues(metrics.OutboxKindLifecycle, metrics.OutboxDropped).Inc()
-			r.log.Error("dropping a malformed lifecycle outbox row")
-			discarded = append(discarded, lr.id)
+	missing := make([]int, len(rows)) // events of each row not (yet) acknowledged
+	drop := func(i int) {
+		r.m.Published.WithLabelValues(metrics.OutboxKindLifecycle, metrics.OutboxDropped).Inc()
+		r.log.Error("dropping a malformed lifecycle outbox row")
+		discarded = append(discarded, rows[i].id)
+		missing[i] = -1
+	}
+	for i, lr := range rows {
+		if sent > 0 && sent+lr.events() > maxEvents {
+			leftover = true
+			missing[i] = -1
+			for j := i + 1; j < len(rows); j++ {
+				missing[j] = -1
+			}
+			break
+		}
+		msgs, ok := r.lifecycleMsgs(lr)
+		if !ok {
+			drop(i)
 			continue
 		}
-		e := events.Lifecycle{OutboxID: lr.id, JobID: lr.jobID.UUID, Status: *lr.status, OccurredAt: lr.occurredAt}
-		if lr.attemptCount != nil {
-			e.AttemptCount = int(*lr.attemptCount)
+		missing[i] = len(msgs)
+		sent += len(msgs)
+		for _, msg := range msgs {
+			fut, err := r.js.PublishMsgAsync(msg)
+			if err != nil {
+				fail(err)
+				continue
+			}
+			inflight = append(inflight, pending{i, fut})
 		}
-		if lr.code != nil {
-			e.Code = *lr.code
-		}
-		msg, err := events.LifecycleMsg(r.subjects, r.opts.Source, e)
-		if err != nil {
-			r.m.Published.WithLabelValues(metrics.OutboxKindLifecycle, metrics.OutboxDropped).Inc()
-			r.log.Error("dropping a malformed lifecycle outbox row")
-			discarded = append(discarded, lr.id)
-			continue
-		}
-		fut, err := r.js.PublishMsgAsync(msg)
-		if err != nil {
-			fail(err)
-			continue
-		}
-		inflight = append(inflight, pending{lr.id, fut})
 	}
 	for _, p := range inflight {
 		select {
 		case <-p.fut.Ok():
-			acked = append(acked, p.id)
+			missing[p.row]--
+			ackedEvents++
 		case err := <-p.fut.Err():
 			fail(err)
 		case <-ctx.Done():
 			fail(fmt.Errorf("wait for jetstream acknowledgement: %w", ctx.Err()))
 		}
 	}
-	if len(acked) > 0 {
-		r.m.Published.WithLabelValues(metrics.OutboxKindLifecycle, metrics.OutboxPublished).Add(float64(len(acked)))
+	for i, n := range missing {
+		if n == 0 {
+			acked = append(acked, rows[i].id)
+		}
+	}
+	if ackedEvents > 0 {
+		r.m.Published.WithLabelValues(metrics.OutboxKindLifecycle, metrics.OutboxPublished).Add(float64(ackedEvents))
 	}
 	if failed > 0 {
 		r.m.Published.WithLabelValues(metrics.OutboxKindLifecycle, metrics.OutboxFailed).Add(float64(failed))
 		if errors.Is(firstErr, jetstream.ErrNoStreamResponse) || errors.Is(firstErr, nats.ErrNoResponders) {
 			r.streamReady.Store(false) // the stream vanished: set it up again next time
 		}
-		return acked, discarded, fmt.Errorf("publish lifecycle events: %d of %d not acknowledged: %w", failed, len(rows), firstErr)
+		return acked, discarded, ackedEvents, leftover, fmt.Errorf("publish lifecycle events: %d of %d not acknowledged: %w", failed, sent, firstErr)
 	}
-	return acked, discarded, nil
+	return acked, discarded, ackedEvents, leftover, nil
+}
+
+// lifecycleMsgs builds the JetStream messages of one lifecycle row: one for
+// a plain row, one per member for a group row. ok is false for a malformed
+// row.
+func (r *Relay) lifecycleMsgs(lr row) (msgs []*nats.Msg, ok bool) {
+	if lr.status == nil {
+		return nil, false
+	}
+	base := events.Lifecycle{OutboxID: lr.id, Status: *lr.status, OccurredAt: lr.occurredAt}
+	if lr.code != nil {
+		base.Code = *lr.code
+	}
+	if lr.jobIDs == nil {
+		if !lr.jobID.Valid {
+			return nil, false
+		}
+		e := base
+		e.JobID = lr.jobID.UUID
+		if lr.attemptCount != nil {
+			e.AttemptCount = int(*lr.attemptCount)
+		}
+		msg, err := events.LifecycleMsg(r.subjects, r.opts.Source, e)
+		if err != nil {
+			return nil, false
+		}
+		return []*nats.Msg{msg}, true
+	}
+	if len(lr.jobIDs) == 0 || len(lr.attempts) != len(lr.jobIDs) {
+		return nil, false
+	}
+	msgs = make([]*nats.Msg, len(lr.jobIDs))
+	for i, id := range lr.jobIDs {
+		e := base
+		e.Grouped, e.Member, e.JobID, e.AttemptCount = true, i, id, int(lr.attempts[i])
+		msg, err := events.LifecycleMsg(r.subjects, r.opts.Source, e)
+		if err != nil {
+			return nil, false
+		}
+		msgs[i] = msg
+	}
+	return msgs, true
 }

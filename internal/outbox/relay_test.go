@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,6 +22,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mightyetl/mightyetl/internal/events"
+	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/natstest"
 	"github.com/mightyetl/mightyetl/internal/pg"
@@ -560,5 +564,219 @@ func TestStartStopContract(t *testing.T) {
 	}
 	if _, err := New(f.pool, f.nc, "bad prefix", nil, nil, Options{}); !errors.Is(err, events.ErrInvalidPrefix) {
 		t.Fatalf("bad prefix = %v", err)
+	}
+}
+
+// insertGroup writes one group lifecycle row (migration 00006) for jobs and
+// returns its id.
+func (f fixture) insertGroup(t *testing.T, status string, jobs []uuid.UUID) int64 {
+	t.Helper()
+	attempts := make([]int32, len(jobs))
+	for i := range attempts {
+		attempts[i] = int32(i%3 + 1)
+	}
+	var id int64
+	if err := f.pool.QueryRow(t.Context(), `
+		INSERT INTO etl_outbox_events (event_kind, job_status, job_record_ids, attempt_counts)
+		VALUES ('job_lifecycle', $1, $2, $3) RETURNING outbox_event_id`, status, jobs, attempts).Scan(&id); err != nil {
+		t.Fatalf("insert group row: %v", err)
+	}
+	return id
+}
+
+// streamEvents reads every message of the lifecycle stream as CloudEvents,
+// with their Nats-Msg-Id.
+func (f fixture) streamEvents(t *testing.T) (ces []events.CloudEvent, msgIDs []string) {
+	t.Helper()
+	st, err := f.js.Stream(t.Context(), f.subjects.LifecycleStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		msg, err := st.GetMsg(t.Context(), seq)
+		if err != nil {
+			t.Fatalf("get message %d: %v", seq, err)
+		}
+		var ce events.CloudEvent
+		if err := json.Unmarshal(msg.Data, &ce); err != nil {
+			t.Fatal(err)
+		}
+		ces = append(ces, ce)
+		msgIDs = append(msgIDs, msg.Header.Get(jetstream.MsgIDHeader))
+	}
+	return ces, msgIDs
+}
+
+// A group row becomes exactly one CloudEvent per job, in array order, each
+// with the stable id "<row id>-<member>" as event id and Nats-Msg-Id; after a
+// crash between publish and delete the same ids go out again and the stream
+// keeps one copy of each.
+func TestGroupRowBecomesOneEventPerJobWithStableIDsAcrossACrash(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "")
+	m := metrics.NewOutbox(nil)
+	r := f.relay(t, m, Options{})
+	jobs := make([]uuid.UUID, 5)
+	for i := range jobs {
+		jobs[i] = uuid.New()
+	}
+	plain := f.insert(t, lifecycle("FAILED", "etl_record_invalid"))[0]
+	group := f.insertGroup(t, "SUCCEEDED", jobs)
+
+	crash := errors.New("relay died before commit")
+	r.beforeCommit = func() error { return crash }
+	if _, err := r.RunOnce(t.Context()); !errors.Is(err, crash) {
+		t.Fatalf("run once = %v, want the simulated crash", err)
+	}
+	if n := f.count(t, "true"); n != 2 {
+		t.Fatalf("outbox rows after crash = %d, want 2", n)
+	}
+	r.beforeCommit = nil
+	if n, err := r.RunOnce(t.Context()); err != nil || n != 6 {
+		t.Fatalf("run once after restart = %d, %v; want 6 events, nil", n, err)
+	}
+	if n := f.count(t, "true"); n != 0 {
+		t.Fatalf("outbox rows left = %d, want 0", n)
+	}
+	if got := testutil.ToFloat64(m.Published.WithLabelValues(metrics.OutboxKindLifecycle, metrics.OutboxPublished)); got != 12 {
+		t.Fatalf("lifecycle publishes = %v, want 12 (each event twice)", got)
+	}
+	ces, msgIDs := f.streamEvents(t)
+	if len(ces) != 6 {
+		t.Fatalf("stream events = %d, want 6 (copies dropped by Nats-Msg-Id)", len(ces))
+	}
+	wantIDs := []string{strconv.FormatInt(plain, 10)}
+	for i := range jobs {
+		wantIDs = append(wantIDs, strconv.FormatInt(group, 10)+"-"+strconv.Itoa(i))
+	}
+	for i, ce := range ces {
+		if ce.ID != wantIDs[i] || msgIDs[i] != wantIDs[i] {
+			t.Errorf("event %d: id %q, Nats-Msg-Id %q, want %q", i, ce.ID, msgIDs[i], wantIDs[i])
+		}
+		if i == 0 {
+			continue
+		}
+		if ce.Data.JobRecordID != jobs[i-1] || ce.Data.JobStatus != "SUCCEEDED" || ce.Data.AttemptCount != (i-1)%3+1 ||
+			ce.Type != "io.mightyetl.job.succeeded" {
+			t.Errorf("event %d: %+v", i, ce)
+		}
+	}
+}
+
+// The relay caps the events of one batch at BatchSize (always at least one
+// row), leaving the other rows for the next batch, and a malformed group row
+// is discarded without blocking the rest.
+func TestGroupRowsRespectTheBatchSizeAndMalformedGroupsAreDropped(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "")
+	r := f.relay(t, nil, Options{BatchSize: 4})
+	for range 3 {
+		f.insertGroup(t, "SUCCEEDED", []uuid.UUID{uuid.New(), uuid.New(), uuid.New()})
+	}
+	big := make([]uuid.UUID, 10)
+	for i := range big {
+		big[i] = uuid.New()
+	}
+	f.insertGroup(t, "SUCCEEDED", big)
+	// A row no mightyETL statement writes: the status is not a subject token.
+	if _, err := f.pool.Exec(t.Context(), `INSERT INTO etl_outbox_events (event_kind, job_status, job_record_ids, attempt_counts)
+		VALUES ('job_lifecycle', 'BAD.STATUS', ARRAY[gen_random_uuid()], ARRAY[1])`); err != nil {
+		t.Fatal(err)
+	}
+	var perBatch []int
+	for {
+		n, err := r.RunOnce(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 && f.count(t, "true") == 0 {
+			break
+		}
+		perBatch = append(perBatch, n)
+		if len(perBatch) > 10 {
+			t.Fatalf("relay did not drain: batches %v", perBatch)
+		}
+	}
+	// 3 (one group of 3; a second would exceed 4), 3, 3, 10 (a lone group
+	// larger than the cap still goes); the last batch publishes nothing and
+	// drops the malformed row, which ends the loop with an empty outbox.
+	if want := []int{3, 3, 3, 10}; !slices.Equal(perBatch, want) {
+		t.Fatalf("events per batch %v, want %v", perBatch, want)
+	}
+	if got := f.streamMsgs(t); got != 19 {
+		t.Fatalf("stream messages = %d, want 19", got)
+	}
+}
+
+// A real finish group written by lease.Succeed is one outbox row whose
+// members are exactly the jobs that won, readable per job through the
+// etl_outbox_job_events view.
+func TestSucceedWritesOneGroupRowPerFinishGroup(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "")
+	ctx := t.Context()
+	jobs := make([]pg.NewJob, 4)
+	for i := range jobs {
+		jobs[i] = pg.NewJob{Kind: pg.KindDiagnostic, PrincipalScopeHash: strings.Repeat("a", 64),
+			SubmissionKeyHash: fmt.Sprintf("%064x", i+1), RequestDigest: strings.Repeat("b", 64), Payload: "{}", MaxAttempts: 3}
+	}
+	if _, err := pg.InsertJobs(ctx, f.pool, jobs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(ctx, `DELETE FROM etl_outbox_events`); err != nil {
+		t.Fatal(err)
+	}
+	res, err := lease.ClaimJobs(ctx, f.pool, lease.ClaimParams{OwnerID: "worker-group-1", Limit: 4, LeaseDuration: time.Minute})
+	if err != nil || len(res.Claimed) != 4 {
+		t.Fatalf("claim: %v %d", err, len(res.Claimed))
+	}
+	refs := []lease.Ref{res.Claimed[0].Ref, res.Claimed[1].Ref, res.Claimed[2].Ref}
+	// The third claim is stale: it must not appear in the group.
+	stale := refs[2]
+	stale.ClaimID = uuid.New()
+	refs[2] = stale
+	won, err := lease.Succeed(ctx, f.pool, "worker-group-1", refs)
+	if err != nil || len(won) != 2 {
+		t.Fatalf("succeed: %v, won %d, want 2", err, len(won))
+	}
+	if n := f.count(t, "true"); n != 1 {
+		t.Fatalf("outbox rows = %d, want 1 group row", n)
+	}
+	rows, err := f.pool.Query(ctx, `SELECT event_id, job_record_id, job_status, attempt_count FROM etl_outbox_job_events ORDER BY event_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type ev struct {
+		id     string
+		job    uuid.UUID
+		status string
+		att    int
+	}
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ev, error) {
+		var e ev
+		return e, r.Scan(&e.id, &e.job, &e.status, &e.att)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wonIDs := map[uuid.UUID]bool{won[0].JobID: true, won[1].JobID: true}
+	if len(got) != 2 || !wonIDs[got[0].job] || !wonIDs[got[1].job] || got[0].job == got[1].job {
+		t.Fatalf("group events %+v, want the two winners", got)
+	}
+	for i, e := range got {
+		if !strings.HasSuffix(e.id, "-"+strconv.Itoa(i)) || e.status != "SUCCEEDED" || e.att != 1 {
+			t.Errorf("event %+v", e)
+		}
+	}
+	// A group that wins nothing writes no row.
+	if won, err := lease.Succeed(ctx, f.pool, "worker-group-1", []lease.Ref{stale}); err != nil || len(won) != 0 {
+		t.Fatalf("succeed stale: %v %d", err, len(won))
+	}
+	if n := f.count(t, "true"); n != 1 {
+		t.Fatalf("outbox rows = %d after an all-stale finish, want still 1", n)
 	}
 }

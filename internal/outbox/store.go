@@ -20,6 +20,18 @@ type row struct {
 	attemptCount *int32
 	code         *string
 	occurredAt   time.Time
+	// jobIDs and attempts are the parallel arrays of a group row (one row for
+	// a whole finish group, migration 00006); nil for a plain row.
+	jobIDs   []uuid.UUID
+	attempts []int32
+}
+
+// events is how many events the row stands for.
+func (r row) events() int {
+	if r.jobIDs != nil {
+		return len(r.jobIDs)
+	}
+	return 1
 }
 
 // selectBatchSQL locks up to $2 of the oldest rows of the kinds $1. FOR
@@ -28,7 +40,8 @@ type row struct {
 // published by one relay per successful batch. The locks last until this
 // batch's transaction ends.
 const selectBatchSQL = `
-SELECT outbox_event_id, event_kind, job_record_id, job_status, attempt_count, event_code, occurred_at
+SELECT outbox_event_id, event_kind, job_record_id, job_status, attempt_count, event_code, occurred_at,
+       job_record_ids, attempt_counts
 FROM etl_outbox_events
 WHERE event_kind = ANY($1::text[])
 ORDER BY outbox_event_id
@@ -54,7 +67,8 @@ func selectBatch(ctx context.Context, tx pgx.Tx, kinds []string, limit int) ([]r
 	var out []row
 	for rows.Next() {
 		var r row
-		if err := rows.Scan(&r.id, &r.kind, &r.jobID, &r.status, &r.attemptCount, &r.code, &r.occurredAt); err != nil {
+		if err := rows.Scan(&r.id, &r.kind, &r.jobID, &r.status, &r.attemptCount, &r.code, &r.occurredAt,
+			&r.jobIDs, &r.attempts); err != nil {
 			return nil, fmt.Errorf("scan outbox row: %w", err)
 		}
 		out = append(out, r)

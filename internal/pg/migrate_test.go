@@ -676,3 +676,54 @@ func TestMigration00005QueuesExistingJobsAndDownReverts(t *testing.T) {
 	migUp(t, pool)
 	pgtest.AssertClaimQueueConsistent(t, pool)
 }
+
+// Migration 00006 lets one lifecycle outbox row carry a finish group; down
+// turns each group row back into one plain row per job, in member order.
+func TestMigration00006DownExpandsGroupRows(t *testing.T) {
+	pool, _ := pgtest.NewDatabase(t, pgtest.Options{Empty: true})
+	ctx := context.Background()
+	migUp(t, pool)
+	if _, err := pool.Exec(ctx, `INSERT INTO etl_outbox_events (event_kind, job_status, job_record_ids, attempt_counts)
+		VALUES ('job_lifecycle', 'SUCCEEDED', ARRAY['00000000-0000-7000-8000-000000000001'::uuid, '00000000-0000-7000-8000-000000000002'::uuid], ARRAY[1, 2])`); err != nil {
+		t.Fatal(err)
+	}
+	for name, stmt := range map[string]string{
+		"arrays of different length": `INSERT INTO etl_outbox_events (event_kind, job_status, job_record_ids, attempt_counts) VALUES ('job_lifecycle', 'SUCCEEDED', ARRAY[gen_random_uuid()], ARRAY[1, 2])`,
+		"empty group":                `INSERT INTO etl_outbox_events (event_kind, job_status, job_record_ids, attempt_counts) VALUES ('job_lifecycle', 'SUCCEEDED', '{}', '{}')`,
+		"NULL member":                `INSERT INTO etl_outbox_events (event_kind, job_status, job_record_ids, attempt_counts) VALUES ('job_lifecycle', 'SUCCEEDED', ARRAY[NULL::uuid], ARRAY[1])`,
+		"job id and group":           `INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, job_record_ids, attempt_counts) VALUES ('job_lifecycle', gen_random_uuid(), 'SUCCEEDED', ARRAY[gen_random_uuid()], ARRAY[1])`,
+		"group on an advisory row":   `INSERT INTO etl_outbox_events (event_kind, job_status, job_record_ids, attempt_counts) VALUES ('job_available', 'PENDING', ARRAY[gen_random_uuid()], ARRAY[1])`,
+	} {
+		_, err := pool.Exec(ctx, stmt)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "23514" {
+			t.Errorf("%s: %v, want a check violation", name, err)
+		}
+	}
+	if err := pg.MigrateTo(ctx, pool, 5); err != nil {
+		t.Fatalf("down to 5: %v", err)
+	}
+	if migColumnExists(t, pool, "etl_outbox_events", "job_record_ids") || migRelationExists(t, pool, "etl_outbox_job_events") {
+		t.Fatal("00006 objects survived the down migration")
+	}
+	rows, err := pool.Query(ctx, `SELECT job_record_id::text, attempt_count FROM etl_outbox_events ORDER BY outbox_event_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type plain struct {
+		job      string
+		attempts int
+	}
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (plain, error) {
+		var p plain
+		return p, r.Scan(&p.job, &p.attempts)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []plain{{"00000000-0000-7000-8000-000000000001", 1}, {"00000000-0000-7000-8000-000000000002", 2}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("plain rows after down %v, want %v", got, want)
+	}
+	migUp(t, pool)
+}

@@ -372,7 +372,7 @@ func TestLostConnectionDuringFinishLosesNoJob(t *testing.T) {
 	if n := count(t, pool, `SELECT count(*) FROM processed_data WHERE job_record_id=$1`, ids[0]); n != 3 {
 		t.Fatalf("processed rows %d, want 3", n)
 	}
-	if n := count(t, pool, `SELECT count(*) FROM etl_outbox_events WHERE event_kind='job_lifecycle'`); n != 2 {
+	if n := count(t, pool, `SELECT count(*) FROM etl_outbox_job_events WHERE event_kind='job_lifecycle'`); n != 2 {
 		t.Fatalf("lifecycle events %d, want 2", n)
 	}
 }

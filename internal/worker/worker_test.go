@@ -379,7 +379,7 @@ func TestFailureCodesAndRetries(t *testing.T) {
 	if n := count(t, pool, `SELECT count(*) FROM processed_data WHERE job_record_id <> $1`, ids[3]); n != 0 {
 		t.Fatalf("failed jobs loaded %d rows", n)
 	}
-	if n := count(t, pool, `SELECT count(*) FROM etl_outbox_events WHERE event_kind='job_lifecycle'`); n != 5 {
+	if n := count(t, pool, `SELECT count(*) FROM etl_outbox_job_events WHERE event_kind='job_lifecycle'`); n != 5 {
 		t.Fatalf("lifecycle events %d, want 5", n)
 	}
 }
