@@ -100,7 +100,13 @@ type Worker struct {
 	stopOnce   sync.Once
 	started    bool
 	producerWG sync.WaitGroup
-	execWG     sync.WaitGroup
+	execWG     sync.WaitGroup // one per launched claim until execute returns
+	// runQ hands launched claims to the executor pool: written by launch
+	// (never more than Concurrency claims are live, so it never blocks),
+	// read by the Concurrency executor goroutines, closed by Stop once every
+	// claim has finished.
+	runQ       chan *running
+	poolWG     sync.WaitGroup // the executor goroutines
 	renewWG    sync.WaitGroup
 	finishWG   sync.WaitGroup
 	renewStop  chan struct{}
@@ -133,10 +139,13 @@ type running struct {
 	// on its monotonic clock: the moment the claim or renewal statement was
 	// sent plus the lease duration. The database expiry is never earlier.
 	localDeadline time.Time
-	cancel        context.CancelCauseFunc
-	lost          bool // renewal stopped for this claim
-	started       time.Time
-	sinceCancel   time.Duration
+	// ctx is the handler's context, cancelled with a cause when the lease is
+	// lost, revoked or the worker shuts down; cancel cancels it.
+	ctx         context.Context
+	cancel      context.CancelCauseFunc
+	lost        bool // renewal stopped for this claim
+	started     time.Time
+	sinceCancel time.Duration
 }
 
 // New creates a worker. exec runs claims and finishes; renew is a separate
@@ -152,6 +161,7 @@ func New(cfg Config, exec, renew *pgxpool.Pool, handlers map[string]Handler, m *
 		wake:       make(chan struct{}, 1),
 		slotFree:   make(chan struct{}, 1),
 		finishQ:    make(chan *finishReq, cfg.Concurrency),
+		runQ:       make(chan *running, cfg.Concurrency),
 		live:       make(map[uuid.UUID]*running),
 		byJob:      make(map[uuid.UUID]*running),
 		stopClaim:  make(chan struct{}),
@@ -175,6 +185,10 @@ func (w *Worker) Start(ctx context.Context) error {
 		for range w.cfg.Completers {
 			w.finishWG.Add(1)
 			go w.completer()
+		}
+		for range w.cfg.Concurrency {
+			w.poolWG.Add(1)
+			go w.executor()
 		}
 		w.renewWG.Add(1)
 		go w.renewer()
@@ -244,6 +258,8 @@ func (w *Worker) Stop(ctx context.Context) error {
 		}
 		w.mu.Unlock()
 		<-done
+		close(w.runQ)
+		w.poolWG.Wait()
 		// Only now stop renewing: every claim is finished or released.
 		close(w.renewStop)
 		w.renewWG.Wait()
@@ -335,8 +351,20 @@ func (w *Worker) launch(c lease.Claim, sent time.Time) {
 	if old != nil {
 		w.markLost(old, metrics.LostSuperseded, ErrLeaseLost)
 	}
+	r.ctx = ctx
 	w.execWG.Add(1)
-	go w.execute(ctx, r)
+	w.runQ <- r
+}
+
+// executor runs launched claims one at a time until Stop closes runQ. A
+// fixed pool of Concurrency executors replaces a goroutine per job: the
+// stacks stay grown, so a job costs no goroutine creation or stack growth
+// (measured in the burndown profile as a tenth of the worker's CPU).
+func (w *Worker) executor() {
+	defer w.poolWG.Done()
+	for r := range w.runQ {
+		w.execute(r.ctx, r)
+	}
 }
 
 // done forgets a claim and frees its slot.
