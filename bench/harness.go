@@ -47,11 +47,17 @@ type harness struct {
 	workerURLParams string
 	// keySeq makes submission keys unique within the run.
 	keySeq int64
-	// The cmd/worker binary, built once.
-	binOnce sync.Once
-	binPath string
-	binDir  string
-	binErr  error
+	// Product binaries (cmd/<name>), each built once into binDir.
+	binMu  sync.Mutex
+	bins   map[string]*builtBinary
+	binDir string
+}
+
+// builtBinary is one product binary built by harness.binary.
+type builtBinary struct {
+	once sync.Once
+	path string
+	err  error
 }
 
 func newHarness(ctx context.Context, o options, log *slog.Logger) (*harness, error) {
@@ -185,6 +191,8 @@ func (h *harness) runScenario(ctx context.Context, name string) ([]Result, error
 		return h.resources(ctx)
 	case "intake":
 		return h.intake(ctx)
+	case "intake-binary":
+		return h.intakeBinary(ctx)
 	}
 	return nil, fmt.Errorf("unknown scenario %q", name)
 }

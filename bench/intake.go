@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,62 +68,12 @@ func (h *harness) intake(ctx context.Context) ([]Result, error) {
 		defer cancel()
 		_ = srv.Stop(stopCtx)
 	}()
-	url := "http://" + srv.Addr() + "/api/etl/jobs"
-	tr := &http.Transport{MaxIdleConnsPerHost: intakeConcurrency, MaxConnsPerHost: intakeConcurrency}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-
-	runCtx, cancel := context.WithTimeout(ctx, h.o.Duration)
-	defer cancel()
-	var (
-		mu       sync.Mutex
-		lat      []time.Duration
-		accepted int
-		failures = map[int]int{}
-		wg       sync.WaitGroup
-	)
-	start := time.Now()
-	for c := range intakeConcurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for runCtx.Err() == nil {
-				req, _ := http.NewRequestWithContext(runCtx, http.MethodPost, url, bytes.NewReader([]byte(intakeBody)))
-				req.Header.Set("Authorization", "Bench bench-principal-"+strconv.Itoa(c%4))
-				req.Header.Set("Idempotency-Key", "bench-key-"+uuid.NewString())
-				req.Header.Set("Content-Type", "application/json")
-				t := time.Now()
-				resp, err := client.Do(req)
-				if err != nil {
-					if runCtx.Err() == nil {
-						mu.Lock()
-						failures[0]++
-						mu.Unlock()
-					}
-					return
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				d := time.Since(t)
-				mu.Lock()
-				if resp.StatusCode == http.StatusAccepted {
-					accepted++
-					lat = append(lat, d)
-				} else {
-					failures[resp.StatusCode]++
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	res.Metrics["accepted"] = float64(accepted)
-	res.Metrics["accepted_per_s"] = float64(accepted) / elapsed.Seconds()
-	percentiles("request", lat, res.Metrics)
-	for code, n := range failures {
-		res.Notes = append(res.Notes, fmt.Sprintf("%d responses with status %d (0: transport error)", n, code))
-	}
+	client, closeClient := newLoadClient()
+	defer closeClient()
+	load := postLoad(ctx, client, "http://"+srv.Addr()+"/api/etl/jobs", h.o.Duration, func(req *http.Request, c int) {
+		req.Header.Set("Authorization", "Bench bench-principal-"+strconv.Itoa(c%4))
+	})
+	accepted := load.report(&res)
 	stored, err := h.count(ctx, `SELECT count(*) FROM etl_job_records WHERE job_status = $1`, pg.StatusPending)
 	if err != nil {
 		return []Result{res}, err
@@ -132,4 +83,99 @@ func (h *harness) intake(ctx context.Context) ([]Result, error) {
 		return []Result{res}, fmt.Errorf("intake: %d accepted but %d stored", accepted, stored)
 	}
 	return []Result{res}, nil
+}
+
+// newLoadClient is an HTTP client with a connection per load client; close
+// drops its idle connections.
+func newLoadClient() (*http.Client, func()) {
+	tr := &http.Transport{MaxIdleConnsPerHost: intakeConcurrency, MaxConnsPerHost: intakeConcurrency}
+	return &http.Client{Transport: tr, Timeout: 30 * time.Second}, tr.CloseIdleConnections
+}
+
+// httpLoad is what postLoad observed.
+type httpLoad struct {
+	accepted int
+	lat      []time.Duration // of accepted (202) requests
+	failures map[int]int     // other responses by status; 0: transport error
+	elapsed  time.Duration
+}
+
+// postLoad has intakeConcurrency clients POST intakeBody to url, each with a
+// fresh Idempotency-Key, for dur; authorize sets client c's credentials.
+func postLoad(ctx context.Context, client *http.Client, url string, dur time.Duration, authorize func(req *http.Request, c int)) httpLoad {
+	runCtx, cancel := context.WithTimeout(ctx, dur)
+	defer cancel()
+	var (
+		mu   sync.Mutex
+		out  = httpLoad{failures: map[int]int{}}
+		wg   sync.WaitGroup
+		body = []byte(intakeBody)
+	)
+	start := time.Now()
+	for c := range intakeConcurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for runCtx.Err() == nil {
+				t := time.Now()
+				status, err := postJob(runCtx, client, url, body, func(req *http.Request) { authorize(req, c) })
+				if err != nil {
+					if runCtx.Err() == nil {
+						mu.Lock()
+						out.failures[0]++
+						mu.Unlock()
+					}
+					return
+				}
+				d := time.Since(t)
+				mu.Lock()
+				if status == http.StatusAccepted {
+					out.accepted++
+					out.lat = append(out.lat, d)
+				} else {
+					out.failures[status]++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	out.elapsed = time.Since(start)
+	return out
+}
+
+// postJob submits body once with a fresh Idempotency-Key and returns the
+// response status (the body is drained, never kept or logged).
+func postJob(ctx context.Context, client *http.Client, url string, body []byte, authorize func(*http.Request)) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	authorize(req)
+	req.Header.Set("Idempotency-Key", "bench-key-"+uuid.NewString())
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// report adds accepted, accepted_per_s, request latencies and a note per
+// other status to res, and returns the accepted count.
+func (l httpLoad) report(res *Result) int {
+	res.Metrics["accepted"] = float64(l.accepted)
+	res.Metrics["accepted_per_s"] = float64(l.accepted) / l.elapsed.Seconds()
+	percentiles("request", l.lat, res.Metrics)
+	codes := make([]int, 0, len(l.failures))
+	for code := range l.failures {
+		codes = append(codes, code)
+	}
+	sort.Ints(codes)
+	for _, code := range codes {
+		res.Notes = append(res.Notes, fmt.Sprintf("%d responses with status %d (0: transport error)", l.failures[code], code))
+	}
+	return l.accepted
 }

@@ -34,7 +34,7 @@ import (
 const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/mightyetl_bench"
 
 // allScenarios run by default, in this order.
-var allScenarios = []string{"burndown", "continuous", "pickup", "crash", "scale", "resources", "intake"}
+var allScenarios = []string{"burndown", "continuous", "pickup", "crash", "scale", "resources", "intake", "intake-binary"}
 
 // options are the command-line settings of one run.
 type options struct {
@@ -255,7 +255,8 @@ type Result struct {
 	Notes    []string           `json:"notes,omitempty"`
 }
 
-// Ratio compares one mightyETL figure with the peer's.
+// Ratio compares one mightyETL figure with the peer's (or with a baseline
+// of the same run).
 type Ratio struct {
 	Scenario  string  `json:"scenario"`
 	Metric    string  `json:"metric"`
@@ -264,6 +265,8 @@ type Ratio struct {
 	PeerName  string  `json:"peer_name"`
 	Ratio     float64 `json:"ratio"`
 	Direction string  `json:"direction"` // "higher is better" or "lower is better"
+	// Target is the ratio the product aims for; zero when there is none.
+	Target float64 `json:"target,omitempty"`
 }
 
 type machine struct {
@@ -310,7 +313,7 @@ func execute(ctx context.Context, o options, log *slog.Logger) (*Report, error) 
 			fmt.Fprintf(os.Stderr, "bench: peer %s failed: %v\n", p, err)
 		}
 	}
-	rep.Ratios = ratios(rep.Results, rep.Peers)
+	rep.Ratios = append(ratios(rep.Results, rep.Peers), intakeRatios(rep.Results)...)
 	rep.Machine.LoadAvgEnd = loadAvg()
 	if len(rep.Errors) > 0 {
 		return rep, fmt.Errorf("%d scenario(s) failed: %s", len(rep.Errors), strings.Join(rep.Errors, "; "))

@@ -16,28 +16,55 @@ import (
 	"time"
 )
 
-// workerBinary builds cmd/worker with `go build` once per harness.
-func (h *harness) workerBinary(ctx context.Context) (string, error) {
-	h.binOnce.Do(func() {
-		root, err := moduleRoot(ctx)
-		if err != nil {
-			h.binErr = err
-			return
+// binary builds ./cmd/<name> with `go build` once per harness (per name)
+// into the harness's temporary directory, and returns its path.
+func (h *harness) binary(ctx context.Context, name string) (string, error) {
+	h.binMu.Lock()
+	b, ok := h.bins[name]
+	if !ok {
+		b = &builtBinary{}
+		if h.bins == nil {
+			h.bins = map[string]*builtBinary{}
 		}
+		h.bins[name] = b
+	}
+	h.binMu.Unlock()
+	b.once.Do(func() { b.path, b.err = h.build(ctx, name) })
+	return b.path, b.err
+}
+
+// build runs `go build -o <binDir>/<name> ./cmd/<name>` in the module root.
+func (h *harness) build(ctx context.Context, name string) (string, error) {
+	root, err := moduleRoot(ctx)
+	if err != nil {
+		return "", err
+	}
+	dir, err := h.binaryDir()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, name)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", path, "./cmd/"+name)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/%s: %v\n%s", name, err, out)
+	}
+	return path, nil
+}
+
+// binaryDir creates the harness's binary directory on first use; close
+// removes it.
+func (h *harness) binaryDir() (string, error) {
+	h.binMu.Lock()
+	defer h.binMu.Unlock()
+	if h.binDir == "" {
 		dir, err := os.MkdirTemp("", "mightyetl-bench-bin")
 		if err != nil {
-			h.binErr = err
-			return
+			return "", err
 		}
 		h.binDir = dir
-		h.binPath = filepath.Join(dir, "worker")
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", h.binPath, "./cmd/worker")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			h.binErr = fmt.Errorf("go build ./cmd/worker: %v\n%s", err, out)
-		}
-	})
-	return h.binPath, h.binErr
+	}
+	return h.binDir, nil
 }
 
 // moduleRoot is the directory of the mightyETL root module's go.mod.
@@ -54,42 +81,29 @@ func moduleRoot(ctx context.Context) (string, error) {
 	return filepath.Dir(gomod), nil
 }
 
-// workerProc is one running cmd/worker process.
+// workerProc is one running product binary (cmd/worker or cmd/intake).
 type workerProc struct {
-	cmd   *exec.Cmd
-	id    string
-	ready chan struct{}
-	done  chan struct{}
-	mu    sync.Mutex
-	tail  []string
+	cmd *exec.Cmd
+	id  string
+	// readyMark is the log text that closes ready; empty never does.
+	readyMark string
+	ready     chan struct{}
+	done      chan struct{}
+	waitErr   error // the exit status; read after done is closed
+	mu        sync.Mutex
+	tail      []string
 }
 
 // startBinary starts cmd/worker with the bench database and env settings
 // (MIGHTYETL_* and NATS_* of this process are not inherited). It returns
 // once the worker logged "worker ready".
 func (h *harness) startBinary(ctx context.Context, id string, env ...string) (*workerProc, error) {
-	bin, err := h.workerBinary(ctx)
+	env = append([]string{"MIGHTYETL_WORKER_ID=" + id, "MIGHTYETL_METRICS_ADDR=127.0.0.1:0"}, env...)
+	p, err := h.spawn(ctx, "worker", `"worker ready"`, env)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin)
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "MIGHTYETL_") || strings.HasPrefix(kv, "NATS_") || strings.HasPrefix(kv, "DATABASE_URL=") {
-			continue
-		}
-		cmd.Env = append(cmd.Env, kv)
-	}
-	cmd.Env = append(cmd.Env, "DATABASE_URL="+h.url, "MIGHTYETL_WORKER_ID="+id, "MIGHTYETL_METRICS_ADDR=127.0.0.1:0")
-	cmd.Env = append(cmd.Env, env...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, err
-	}
-	p := &workerProc{cmd: cmd, id: id, ready: make(chan struct{}), done: make(chan struct{})}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start worker binary: %w", err)
-	}
-	go p.scan(stderr)
+	p.id = id
 	select {
 	case <-p.ready:
 		return p, nil
@@ -104,9 +118,39 @@ func (h *harness) startBinary(ctx context.Context, id string, env ...string) (*w
 	}
 }
 
+// spawn starts the cmd/<name> binary with DATABASE_URL set to the bench
+// database, then env, on top of this process's environment without its
+// MIGHTYETL_*, NATS_* and DATABASE_URL (so the caller decides every product
+// setting), and scans its stderr for readyMark.
+func (h *harness) spawn(ctx context.Context, name, readyMark string, env []string) (*workerProc, error) {
+	bin, err := h.binary(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin)
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "MIGHTYETL_") || strings.HasPrefix(kv, "NATS_") || strings.HasPrefix(kv, "DATABASE_URL=") {
+			continue
+		}
+		cmd.Env = append(cmd.Env, kv)
+	}
+	cmd.Env = append(cmd.Env, "DATABASE_URL="+h.url)
+	cmd.Env = append(cmd.Env, env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	p := &workerProc{cmd: cmd, readyMark: readyMark, ready: make(chan struct{}), done: make(chan struct{})}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s binary: %w", name, err)
+	}
+	go p.scan(stderr)
+	return p, nil
+}
+
 func (p *workerProc) scan(r io.Reader) {
 	defer func() {
-		_ = p.cmd.Wait()
+		p.waitErr = p.cmd.Wait()
 		close(p.done)
 	}()
 	sc := bufio.NewScanner(r)
@@ -120,7 +164,7 @@ func (p *workerProc) scan(r io.Reader) {
 			p.tail = p.tail[1:]
 		}
 		p.mu.Unlock()
-		if strings.Contains(line, `"worker ready"`) {
+		if p.readyMark != "" && strings.Contains(line, p.readyMark) {
 			readyOnce.Do(func() { close(p.ready) })
 		}
 	}
@@ -136,6 +180,19 @@ func (p *workerProc) lastLines() string {
 func (p *workerProc) kill() {
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
+}
+
+// terminate sends SIGTERM and waits up to grace for a clean exit, then
+// SIGKILLs. It returns the exit error, or an error saying it had to kill.
+func (p *workerProc) terminate(grace time.Duration) error {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return p.waitErr
+	case <-time.After(grace):
+		p.kill()
+		return fmt.Errorf("still running %s after SIGTERM; killed", grace)
+	}
 }
 
 // procStatus reads VmRSS and VmHWM (bytes) of pid.

@@ -43,7 +43,7 @@ func printTable(w io.Writer, rep *Report) {
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "SCENARIO\tMETRIC\tMIGHTYETL\tPEER\tRATIO mightyETL/peer\tBETTER")
 		for _, r := range rep.Ratios {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s %s\t%.2fx\t%s\n", r.Scenario, r.Metric, num(r.Mighty), r.PeerName, num(r.Peer), r.Ratio, r.Direction)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s %s\t%.2fx\t%s\n", r.Scenario, r.Metric, num(r.Mighty), r.PeerName, num(r.Peer), r.Ratio, r.better())
 		}
 		_ = tw.Flush()
 	}
@@ -103,6 +103,47 @@ func ratios(mine, peers []Result) []Ratio {
 		add("pickup", pair[0], pair[1], "submit_to_start_p99_ms", "lower")
 	}
 	return out
+}
+
+// intakeRatios compares the intake-binary figures of one run: HTTP accepted/s
+// against pgbench's single-row INSERT tps on the same server (the floor of
+// one durable row per request), and JetStream intake against HTTP intake.
+func intakeRatios(rs []Result) []Ratio {
+	var out []Ratio
+	add := func(variant, metric, baseVariant, baseMetric, baseName, label string, target float64) {
+		a, ok1 := find(rs, "intake-binary", variant)
+		b, ok2 := find(rs, "intake-binary", baseVariant)
+		if !ok1 || !ok2 {
+			return
+		}
+		x, okX := a.Metrics[metric]
+		y, okY := b.Metrics[baseMetric]
+		if !okX || !okY || y == 0 {
+			return
+		}
+		out = append(out, Ratio{Scenario: "intake-binary", Metric: label, Mighty: x, Peer: y, PeerName: baseName,
+			Ratio: x / y, Direction: "higher", Target: target})
+	}
+	add("http", "accepted_per_s", "insert-autocommit", "tps", "pgbench", "accepted_per_s / tps [http vs pgbench insert]", 0.6)
+	add("jetstream", "jobs_per_s", "http", "accepted_per_s", "http", "jobs_per_s / accepted_per_s [jetstream vs http]", 1.0)
+	return out
+}
+
+// better is the BETTER column: the direction, and the target with whether
+// this run met it.
+func (r Ratio) better() string {
+	if r.Target == 0 {
+		return r.Direction
+	}
+	op, met := ">=", r.Ratio >= r.Target
+	if r.Direction == "lower" {
+		op, met = "<=", r.Ratio <= r.Target
+	}
+	verdict := "met"
+	if !met {
+		verdict = "MISSED"
+	}
+	return fmt.Sprintf("%s (target %s %.2fx: %s)", r.Direction, op, r.Target, verdict)
 }
 
 // runRiverPeer runs bench/peers/river with `go run` in its own module

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"io"
 	"log/slog"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -99,6 +100,29 @@ func TestSmokeEveryScenario(t *testing.T) {
 			}
 		case "resources":
 			positive("rss_mib", "renew_statement_p50_ms")
+		case "intake-binary":
+			seen["intake-binary/"+r.Variant] = true
+			switch r.Variant {
+			case "http":
+				positive("accepted", "accepted_per_s", "request_p50_ms")
+				if m["stored_pending"] < m["accepted"] {
+					t.Errorf("intake-binary http: %v accepted, %v stored", m["accepted"], m["stored_pending"])
+				}
+			case "jetstream":
+				positive("requests", "jobs_per_s")
+				if m["stored"] != m["requests"] {
+					t.Errorf("intake-binary jetstream: %v of %v requests stored", m["stored"], m["requests"])
+				}
+			case "insert-autocommit":
+				if _, err := exec.LookPath("pgbench"); err == nil {
+					positive("tps", "rows")
+				}
+			}
+		}
+	}
+	for _, v := range []string{"http", "jetstream", "insert-autocommit"} {
+		if !seen["intake-binary/"+v] && (v != "jetstream" || o.NATSURL != "") {
+			t.Errorf("intake-binary produced no %s result", v)
 		}
 	}
 	for _, s := range allScenarios {
