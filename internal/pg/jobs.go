@@ -144,7 +144,9 @@ func InsertJobs(ctx context.Context, db DBTX, jobs []NewJob) ([]Inserted, error)
 		return out, nil
 	}
 	n := len(jobs)
-	ids, kinds := make([]uuid.UUID, n), make([]string, n)
+	// [16]byte encodes as binary uuid directly; uuid.UUID would go through
+	// its driver.Valuer text form.
+	ids, kinds := make([][16]byte, n), make([]string, n)
 	scopes, keys, digests, payloads := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	attempts := make([]int32, n)
 	sources, roots := make([]pgtype.UUID, n), make([]pgtype.UUID, n)
@@ -185,7 +187,7 @@ func InsertJobs(ctx context.Context, db DBTX, jobs []NewJob) ([]Inserted, error)
 	type pair struct{ scope, key string }
 	var missScopes, missKeys []string
 	for i := range jobs {
-		if j, ok := created[ids[i]]; ok {
+		if j, ok := created[uuid.UUID(ids[i])]; ok {
 			out[i] = Inserted{Job: j, Created: true}
 			continue
 		}

@@ -727,3 +727,67 @@ func TestMigration00006DownExpandsGroupRows(t *testing.T) {
 	}
 	migUp(t, pool)
 }
+
+// Migration 00007 replaces the owner-scoped composite keys of replay lineage
+// (and the unique index every job insert paid for) with primary-key foreign
+// keys plus an owner guard that fires only for rows with lineage: a replay of
+// another owner's source or root is refused with 23503 as before, a job's
+// owner can never change, and down restores the composite keys.
+func TestMigration00007GuardsReplayOwnersWithoutTheIdentityIndex(t *testing.T) {
+	pool, _ := pgtest.NewDatabase(t, pgtest.Options{Empty: true})
+	ctx := context.Background()
+	migUp(t, pool)
+	if migConstraintExists(t, pool, "etl_job_owner_scoped_identity_unique") {
+		t.Fatal("the owner-scoped identity index survived 00007")
+	}
+	insert := func(id, owner, source, root string, gen any) error {
+		_, err := pool.Exec(ctx, `INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
+			request_digest, request_payload, job_status, max_attempts, failure_code,
+			replay_source_job_record_id, replay_root_job_record_id, replay_generation_count)
+			VALUES ($1::uuid, 'diagnostic', $2, encode(sha256(convert_to($1::text, 'UTF8')), 'hex'), repeat('b', 64), NULL, 'FAILED', 3, 'etl_internal_error',
+			NULLIF($3, '')::uuid, NULLIF($4, '')::uuid, $5)`, id, owner, source, root, gen)
+		return err
+	}
+	const (
+		rootA  = "00000000-0000-7000-8000-00000000000a"
+		srcA   = "00000000-0000-7000-8000-00000000000b"
+		otherB = "00000000-0000-7000-8000-00000000000c"
+	)
+	ownerA, ownerB := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	for _, err := range []error{
+		insert(rootA, ownerA, "", "", nil),
+		insert(srcA, ownerA, rootA, rootA, 1),
+		insert(otherB, ownerB, "", "", nil),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, err := range map[string]error{
+		"source of another owner": insert("00000000-0000-7000-8000-0000000000d1", ownerB, srcA, rootA, 2),
+		"root of another owner":   insert("00000000-0000-7000-8000-0000000000d2", ownerA, srcA, otherB, 2),
+		"missing source":          insert("00000000-0000-7000-8000-0000000000d3", ownerA, "00000000-0000-7000-8000-0000000000ff", rootA, 2),
+	} {
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "23503" {
+			t.Errorf("%s: %v, want 23503", name, err)
+		}
+	}
+	if err := insert("00000000-0000-7000-8000-0000000000d4", ownerA, srcA, rootA, 2); err != nil {
+		t.Fatalf("same-owner replay: %v", err)
+	}
+	_, err := pool.Exec(ctx, `UPDATE etl_job_records SET principal_scope_hash = $1 WHERE job_record_id = $2`, ownerA, otherB)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23000" {
+		t.Fatalf("owner change: %v, want 23000", err)
+	}
+	if err := pg.MigrateTo(ctx, pool, 6); err != nil {
+		t.Fatalf("down to 6: %v", err)
+	}
+	for _, c := range []string{"etl_job_owner_scoped_identity_unique", "etl_job_replay_source_owner_fk", "etl_job_replay_root_owner_fk"} {
+		if !migConstraintExists(t, pool, c) {
+			t.Errorf("%s not restored by the down migration", c)
+		}
+	}
+	migUp(t, pool)
+}
