@@ -1,6 +1,7 @@
 -- One outbox row per finish group.
 --
--- A worker's finish transaction commits many jobs at once (group commit).
+-- A worker's finish transaction commits many jobs at once (group commit),
+-- and the intake inserts many jobs in one statement (group commit).
 -- Until now it wrote one etl_outbox_events row per job: one heap tuple and
 -- one primary-key entry per job, and one more row for the relay to lock,
 -- read and delete. A group row carries the jobs of the group as two parallel
@@ -9,8 +10,10 @@
 -- "<outbox_event_id>-<index>" (0-based position in the arrays), used as the
 -- event id and the JetStream Nats-Msg-Id, so a relay that crashes and
 -- republishes a group emits the same ids and JetStream drops the copies.
--- A plain row keeps its id "<outbox_event_id>". etl_outbox_job_events shows
--- one row per job event, plain and grouped alike.
+-- A plain row keeps its id "<outbox_event_id>". The intake's job_available
+-- rows (advisory wake-ups, which the relay coalesces into one message per
+-- batch anyway) are grouped the same way, one per insert statement.
+-- etl_outbox_job_events shows one row per job event, plain and grouped alike.
 
 -- +goose Up
 -- +goose StatementBegin
@@ -26,10 +29,11 @@ ALTER TABLE etl_outbox_events ADD CONSTRAINT etl_outbox_lifecycle_shape_check CH
           OR (job_record_id IS NULL AND attempt_count IS NULL
               AND job_record_ids IS NOT NULL AND attempt_counts IS NOT NULL))));
 -- Group arrays: one-dimensional, 1..10,000 members, parallel, no NULLs, and
--- only on lifecycle rows.
+-- only on lifecycle rows and job_available rows (one per submit statement,
+-- for the jobs it inserted), never on a single job's row.
 ALTER TABLE etl_outbox_events ADD CONSTRAINT etl_outbox_group_shape_check CHECK (
     (job_record_ids IS NULL AND attempt_counts IS NULL)
-    OR (event_kind = 'job_lifecycle'
+    OR (event_kind IN ('job_lifecycle', 'job_available') AND job_record_id IS NULL AND attempt_count IS NULL
         AND array_ndims(job_record_ids) = 1 AND array_ndims(attempt_counts) = 1
         AND cardinality(job_record_ids) BETWEEN 1 AND 10000
         AND cardinality(attempt_counts) = cardinality(job_record_ids)

@@ -216,7 +216,7 @@ func TestTargetUnavailable(t *testing.T) {
 	if n := e.count("SELECT count(*) FROM etl_job_records"); n != 1 {
 		t.Errorf("jobs after outage: %d", n)
 	}
-	if n := e.count("SELECT count(*) FROM etl_outbox_events WHERE job_record_id = $1", uuid.MustParse(s.JobRecordID)); n != 1 {
+	if n := e.count("SELECT count(*) FROM etl_outbox_job_events WHERE job_record_id = $1", uuid.MustParse(s.JobRecordID)); n != 1 {
 		t.Errorf("outbox rows: %d", n)
 	}
 	if n := e.count("SELECT count(*) FROM processed_data"); n != 0 {

@@ -217,7 +217,7 @@ func TestReplayContract(t *testing.T) {
 		t.Errorf("replay row: payload ok %v key ok %v digest ok %v kind %s max %d", payload == sampleBody,
 			keyHash == intake.ReplayKeyHash(intakeScope(alice), "replay-key-00000001"), digest == intake.RequestDigest([]byte(sampleBody)), kind, maxAttempts)
 	}
-	if n := e.count(`SELECT count(*) FROM etl_outbox_events WHERE job_record_id = $1 AND event_kind = 'job_available'`, uuid.MustParse(first.JobRecordID)); n != 1 {
+	if n := e.count(`SELECT count(*) FROM etl_outbox_job_events WHERE job_record_id = $1 AND event_kind = 'job_available'`, uuid.MustParse(first.JobRecordID)); n != 1 {
 		t.Errorf("job_available rows %d", n)
 	}
 	// The list shows the same representation.

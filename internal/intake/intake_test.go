@@ -103,7 +103,7 @@ func TestGroupCommitDedupesWithinBatch(t *testing.T) {
 		t.Errorf("jobs %d %v", jobs, err)
 	}
 	var events int
-	if err := db.QueryRow(ctx, "SELECT count(*) FROM etl_outbox_events").Scan(&events); err != nil || events != jobs {
+	if err := db.QueryRow(ctx, "SELECT count(*) FROM etl_outbox_job_events").Scan(&events); err != nil || events != jobs {
 		t.Errorf("outbox rows %d for %d jobs", events, jobs)
 	}
 }

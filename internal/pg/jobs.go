@@ -77,8 +77,8 @@ type Inserted struct {
 	Created bool
 }
 
-// insertJobsSQL inserts many jobs and their job_available outbox rows in one
-// statement. ON CONFLICT DO NOTHING on (principal_scope_hash,
+// insertJobsSQL inserts many jobs, their claim-queue rows and one
+// job_available outbox group row for all of them in one statement. ON CONFLICT DO NOTHING on (principal_scope_hash,
 // submission_key_hash) makes concurrent identical submissions converge: the
 // loser waits for the winner's commit and then inserts nothing. The lineage
 // arrays hold NULL for jobs without lineage.
@@ -95,8 +95,12 @@ WITH ins AS (
     INSERT INTO etl_job_claim_queue (job_record_id, claimable_at)
     SELECT job_record_id, available_at FROM ins
 ), events AS (
-    INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, attempt_count)
-    SELECT 'job_available', job_record_id, 'PENDING', 0 FROM ins
+    -- One advisory row for every job this statement inserted (migration
+    -- 00006): the relay sends one coalesced wake-up per batch anyway.
+    INSERT INTO etl_outbox_events (event_kind, job_status, job_record_ids, attempt_counts)
+    SELECT 'job_available', 'PENDING', array_agg(job_record_id), array_agg(0)
+    FROM ins
+    HAVING count(*) > 0
 )
 SELECT ` + bareJobColumns + ` FROM ins`
 

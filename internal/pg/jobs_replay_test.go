@@ -119,7 +119,7 @@ func TestReplayJobOutcomes(t *testing.T) {
 	if kind != pg.KindETLRecords || maxAttempts != 4 || keyHash != sha("replay:k1") {
 		t.Errorf("replay row: kind %s max %d key ok %v", kind, maxAttempts, keyHash == sha("replay:k1"))
 	}
-	if n := countRows(t, pool, `SELECT count(*) FROM etl_outbox_events WHERE job_record_id = $1 AND event_kind = 'job_available'`, first.Job.JobID); n != 1 {
+	if n := countRows(t, pool, `SELECT count(*) FROM etl_outbox_job_events WHERE job_record_id = $1 AND event_kind = 'job_available'`, first.Job.JobID); n != 1 {
 		t.Errorf("outbox rows %d", n)
 	}
 	// Same key, source and payload: the same job, also once the replay itself failed.

@@ -692,7 +692,7 @@ func TestMigration00006DownExpandsGroupRows(t *testing.T) {
 		"empty group":                `INSERT INTO etl_outbox_events (event_kind, job_status, job_record_ids, attempt_counts) VALUES ('job_lifecycle', 'SUCCEEDED', '{}', '{}')`,
 		"NULL member":                `INSERT INTO etl_outbox_events (event_kind, job_status, job_record_ids, attempt_counts) VALUES ('job_lifecycle', 'SUCCEEDED', ARRAY[NULL::uuid], ARRAY[1])`,
 		"job id and group":           `INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, job_record_ids, attempt_counts) VALUES ('job_lifecycle', gen_random_uuid(), 'SUCCEEDED', ARRAY[gen_random_uuid()], ARRAY[1])`,
-		"group on an advisory row":   `INSERT INTO etl_outbox_events (event_kind, job_status, job_record_ids, attempt_counts) VALUES ('job_available', 'PENDING', ARRAY[gen_random_uuid()], ARRAY[1])`,
+		"group on a revocation row":  `INSERT INTO etl_outbox_events (event_kind, job_status, job_record_ids, attempt_counts) VALUES ('lease_revoked', 'CANCELLED', ARRAY[gen_random_uuid()], ARRAY[1])`,
 	} {
 		_, err := pool.Exec(ctx, stmt)
 		var pgErr *pgconn.PgError
