@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mightyetl/mightyetl/internal/metrics"
@@ -103,12 +104,27 @@ func (h *harness) burndown(ctx context.Context, variant string, n int) (Result, 
 			return res, fmt.Errorf("apply variant %s: %w", variant, err)
 		}
 	}
+	// WAL per job (pg_current_wal_lsn deltas), insert and run apart, each
+	// after a CHECKPOINT so both systems pay the full-page images of every
+	// page they touch alike (the River peer measures the same way).
+	walInsert0, err := checkpointLSN(ctx, h.pool)
+	if err != nil {
+		return res, err
+	}
 	ins, err := h.bulkInsert(ctx, n, zeroPayload)
+	if err != nil {
+		return res, err
+	}
+	walInsert1, err := currentLSN(ctx, h.pool)
 	if err != nil {
 		return res, err
 	}
 	res.Metrics["jobs"] = float64(n)
 	res.Metrics["insert_s"] = ins.Seconds()
+	walRun0, err := checkpointLSN(ctx, h.pool)
+	if err != nil {
+		return res, err
+	}
 
 	cfg := h.throughputConfig()
 	if variant == variantCustomPlans {
@@ -145,6 +161,13 @@ func (h *harness) burndown(ctx context.Context, variant string, n int) (Result, 
 	if werr != nil {
 		return res, werr
 	}
+	walRun1, err := currentLSN(ctx, h.pool)
+	if err != nil {
+		return res, err
+	}
+	res.Metrics["wal_insert_bytes_per_job"] = (walInsert1 - walInsert0) / float64(n)
+	res.Metrics["wal_run_bytes_per_job"] = (walRun1 - walRun0) / float64(n)
+	res.Metrics["wal_bytes_per_job"] = (walInsert1 - walInsert0 + walRun1 - walRun0) / float64(n)
 	res.Metrics["elapsed_s"] = elapsed.Seconds()
 	res.Metrics["jobs_per_s"] = float64(n) / elapsed.Seconds()
 	res.Metrics["worker_cpu_cores"] = cpu.Seconds() / elapsed.Seconds()
@@ -185,7 +208,7 @@ func (h *harness) continuous(ctx context.Context) (Result, error) {
 	res.Settings = h.throughputSettings(cfg, rg.execConns)
 	res.Settings["insert"] = "1 goroutine, pg.InsertJobs batches of 500, back to back"
 	res.Settings["duration"] = h.o.Duration.String()
-	res.Settings["wakeups"] = "none (poll 1s)"
+	res.Settings["wakeups"] = "none (poll " + cfg.PollInterval.String() + ")"
 	if h.o.NATSURL != "" {
 		// As deployed: the relay publishes job_available wake-ups and the
 		// lifecycle events (and deletes their outbox rows) while we run.
@@ -310,4 +333,23 @@ func slope(v []float64) float64 {
 		sx, sy, sxy, sxx = sx+x, sy+y, sxy+x*y, sxx+x*x
 	}
 	return (n*sxy - sx*sy) / (n*sxx - sx*sx)
+}
+
+// currentLSN is the server's current WAL position in bytes. The stop is
+// taken after the measured statements committed (the worker is stopped, the
+// waits are over), so their WAL is before it.
+func currentLSN(ctx context.Context, db *pgxpool.Pool) (float64, error) {
+	var lsn float64
+	if err := db.QueryRow(ctx, `SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::float8`).Scan(&lsn); err != nil {
+		return 0, fmt.Errorf("read WAL position: %w", err)
+	}
+	return lsn, nil
+}
+
+// checkpointLSN runs a CHECKPOINT, then returns the WAL position.
+func checkpointLSN(ctx context.Context, db *pgxpool.Pool) (float64, error) {
+	if _, err := db.Exec(ctx, `CHECKPOINT`); err != nil {
+		return 0, fmt.Errorf("checkpoint: %w", err)
+	}
+	return currentLSN(ctx, db)
 }

@@ -96,6 +96,8 @@ func ratios(mine, peers []Result) []Ratio {
 	// Burndown: the default variant at the peer's n.
 	if p, ok := find(peers, "burndown", ""); ok {
 		add("burndown", "default/"+p.Variant, "", "jobs_per_s", "higher")
+		add("burndown", "default/"+p.Variant, "", "wal_bytes_per_job", "lower")
+		add("burndown", "default/"+p.Variant, "", "wal_run_bytes_per_job", "lower")
 	}
 	add("continuous", "", "", "jobs_per_s", "higher")
 	for _, pair := range [][2]string{{"nats-wakeups", "tuned"}, {"nats-wakeups", "default"}, {"poll-only", "poll-only"}} {

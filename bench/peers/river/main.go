@@ -258,6 +258,12 @@ func burndown(ctx context.Context, o options) (Result, error) {
 	if err != nil {
 		return res, err
 	}
+	// WAL per job as the mightyETL harness measures it: insert (with its
+	// VACUUM ANALYZE) and run apart, each after a CHECKPOINT.
+	walInsert0, err := checkpointLSN(ctx, pool)
+	if err != nil {
+		return res, err
+	}
 	t := time.Now()
 	for lo := 0; lo < o.n; lo += 10_000 {
 		if err := insertMany(ctx, c, min(10_000, o.n-lo)); err != nil {
@@ -268,6 +274,14 @@ func burndown(ctx context.Context, o options) (Result, error) {
 		return res, err
 	}
 	res.Metrics["insert_s"] = time.Since(t).Seconds()
+	walInsert1, err := currentLSN(ctx, pool)
+	if err != nil {
+		return res, err
+	}
+	walRun0, err := checkpointLSN(ctx, pool)
+	if err != nil {
+		return res, err
+	}
 	done, cancel := completions(c)
 	defer cancel()
 	cpu0 := selfCPU()
@@ -289,6 +303,13 @@ func burndown(ctx context.Context, o options) (Result, error) {
 	if completed != int64(o.n) {
 		return res, fmt.Errorf("%d of %d jobs completed", completed, o.n)
 	}
+	walRun1, err := currentLSN(ctx, pool)
+	if err != nil {
+		return res, err
+	}
+	res.Metrics["wal_insert_bytes_per_job"] = (walInsert1 - walInsert0) / float64(o.n)
+	res.Metrics["wal_run_bytes_per_job"] = (walRun1 - walRun0) / float64(o.n)
+	res.Metrics["wal_bytes_per_job"] = (walInsert1 - walInsert0 + walRun1 - walRun0) / float64(o.n)
 	res.Metrics["jobs"] = float64(o.n)
 	res.Metrics["elapsed_s"] = elapsed.Seconds()
 	res.Metrics["jobs_per_s"] = float64(o.n) / elapsed.Seconds()
@@ -517,4 +538,21 @@ func selfCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// currentLSN is the server's current WAL position in bytes.
+func currentLSN(ctx context.Context, db *pgxpool.Pool) (float64, error) {
+	var lsn float64
+	if err := db.QueryRow(ctx, `SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::float8`).Scan(&lsn); err != nil {
+		return 0, fmt.Errorf("read WAL position: %w", err)
+	}
+	return lsn, nil
+}
+
+// checkpointLSN runs a CHECKPOINT, then returns the WAL position.
+func checkpointLSN(ctx context.Context, db *pgxpool.Pool) (float64, error) {
+	if _, err := db.Exec(ctx, `CHECKPOINT`); err != nil {
+		return 0, fmt.Errorf("checkpoint: %w", err)
+	}
+	return currentLSN(ctx, db)
 }
