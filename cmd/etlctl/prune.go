@@ -95,6 +95,12 @@ func runPrune(args []string) int {
 			status = 1
 		}
 	}
+	if n, err := pg.PruneOrphanQueueRows(ctx, pool); err != nil {
+		fmt.Fprintf(os.Stderr, "etlctl prune: %v\n", err)
+		status = 1
+	} else if n > 0 {
+		fmt.Printf("pruned %d claim-queue rows without a job\n", n)
+	}
 	if outboxOlderThan > 0 {
 		n, err := pg.PruneOutbox(ctx, pool, outboxOlderThan, batch)
 		fmt.Printf("pruned %d unpublished outbox events older than %s\n", n, outboxOlderThan)

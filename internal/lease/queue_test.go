@@ -227,3 +227,34 @@ func TestClaimRenewAndFinishOfJobRowsAreHOT(t *testing.T) {
 		return err
 	})
 }
+
+// Deleting jobs removes their queue rows (the statement-level cascade of
+// migration 00005), a queue row without a job is skipped by the claim and
+// removed by pg.PruneOrphanQueueRows, and neither disturbs a claimable job.
+func TestQueueRowsFollowDeletedJobsAndOrphansAreSkippedAndPruned(t *testing.T) {
+	pool, _ := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	ids := insertJobs(t, pool, 3, 3)
+	if _, err := pool.Exec(ctx, `DELETE FROM etl_job_records WHERE job_record_id = $1`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := queueRow(t, pool, ids[0]); ok {
+		t.Fatal("a deleted job kept its queue row")
+	}
+	orphan := uuid.New()
+	if _, err := pool.Exec(ctx, `INSERT INTO etl_job_claim_queue (job_record_id, claimable_at) VALUES ($1, clock_timestamp() - interval '1 hour')`, orphan); err != nil {
+		t.Fatal(err)
+	}
+	got := claim(t, pool, "worker-orphan-a", 10, time.Minute)
+	if len(got.Claimed) != 2 {
+		t.Fatalf("claimed %d, want the 2 real jobs past the orphan", len(got.Claimed))
+	}
+	n, err := pg.PruneOrphanQueueRows(ctx, pool)
+	if err != nil || n != 1 {
+		t.Fatalf("prune orphans: %d %v, want 1", n, err)
+	}
+	if _, ok := queueRow(t, pool, orphan); ok {
+		t.Fatal("orphan queue row survived the prune")
+	}
+	pgtest.AssertClaimQueueConsistent(t, pool)
+}

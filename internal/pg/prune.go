@@ -138,3 +138,25 @@ func isForeignKeyViolation(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "23503"
 }
+
+// pruneOrphanQueueRowsSQL deletes claim-queue rows whose job row does not
+// exist (etl_job_claim_queue has no foreign key, migration 00005). Every
+// product statement writes a job row and its queue row together and deletes
+// queue rows with their jobs, so only a hand-made row can be an orphan. A
+// job and its queue row become visible in one commit, so the anti-join
+// never sees a queue row whose job is merely uncommitted.
+const pruneOrphanQueueRowsSQL = `
+DELETE FROM etl_job_claim_queue q
+WHERE NOT EXISTS (SELECT 1 FROM etl_job_records j WHERE j.job_record_id = q.job_record_id)`
+
+// PruneOrphanQueueRows deletes claim-queue rows without a job and returns
+// how many it deleted. The claim already skips them; this keeps them from
+// being read again by every claim. It reads the whole queue (the active
+// jobs) once.
+func PruneOrphanQueueRows(ctx context.Context, db DBTX) (int64, error) {
+	tag, err := db.Exec(ctx, pruneOrphanQueueRowsSQL)
+	if err != nil {
+		return 0, fmt.Errorf("prune orphan queue rows: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
