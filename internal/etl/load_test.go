@@ -6,13 +6,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/mightyetl/mightyetl/internal/pgtest"
 )
 
 const processedDataDDL = `CREATE TABLE processed_data (
@@ -24,16 +25,11 @@ const processedDataDDL = `CREATE TABLE processed_data (
 )`
 
 // testDB creates an isolated database with the processed_data table and drops it when the
-// test ends. It skips without TEST_DATABASE_URL, unless CI=true.
+// test ends. The server is pgtest.ServerURL's (TEST_DATABASE_URL, else the local one); with
+// none the test fails.
 func testDB(t *testing.T) *pgx.Conn {
 	t.Helper()
-	url := os.Getenv("TEST_DATABASE_URL")
-	if url == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("TEST_DATABASE_URL is required when CI=true")
-		}
-		t.Skip("TEST_DATABASE_URL not set")
-	}
+	url := pgtest.ServerURL(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	admin, err := pgx.Connect(ctx, url)
