@@ -32,10 +32,13 @@ func (w *Worker) finishSuccess(r *running, out Output) string {
 }
 
 // completer commits finished jobs in groups: whatever is queued when a
-// transaction starts (up to FinishBatch) shares it.
+// transaction starts, plus what arrives within FinishLinger of the first
+// result, up to FinishBatch, shares it.
 func (w *Worker) completer() {
 	defer w.finishWG.Done()
 	batch := make([]*finishReq, 0, w.cfg.FinishBatch)
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
 	for {
 		select {
 		case req := <-w.finishQ:
@@ -48,6 +51,21 @@ func (w *Worker) completer() {
 				default:
 					break drain
 				}
+			}
+			if len(batch) < w.cfg.FinishBatch && w.cfg.FinishLinger > 0 {
+				linger.Reset(w.cfg.FinishLinger)
+			wait:
+				for len(batch) < w.cfg.FinishBatch {
+					select {
+					case more := <-w.finishQ:
+						batch = append(batch, more)
+					case <-linger.C:
+						break wait
+					case <-w.finishStop:
+						break wait
+					}
+				}
+				linger.Stop()
 			}
 			w.commitGroup(batch)
 		case <-w.finishStop:

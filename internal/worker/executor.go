@@ -26,6 +26,10 @@ func (w *Worker) execute(ctx context.Context, r *running) {
 	if w.hooks.BeforeFinish != nil {
 		w.hooks.BeforeFinish(c)
 	}
+	// The handler is done: its slot may run another job while this claim's
+	// outcome commits (the claim stays live and renewed until done). After
+	// the test hook, so a test that pauses a finish also holds the slot.
+	w.freeSlot(r)
 
 	var outcome string
 	switch {

@@ -54,6 +54,12 @@ func TestPausedRenewerIsReclaimedOnlyAfterDatabaseExpiry(t *testing.T) {
 	a.start(t)
 	t.Cleanup(openGate) // runs before a's Stop (cleanups are LIFO), so Stop never waits on the gate
 	testwait.For(t, 20*time.Second, "A running", func() bool { return a.w.Running() == 1 })
+	// A's lease expiry by the database clock (its renewer is paused, so it
+	// never moves).
+	var aExpiry time.Time
+	if err := pool.QueryRow(context.Background(), `SELECT lease_expires_at FROM etl_job_records WHERE job_record_id=$1`, ids[0]).Scan(&aExpiry); err != nil {
+		t.Fatal(err)
+	}
 	// The rival finds nothing while the database says the lease is live.
 	for leaseLive(t, pool, ids[0]) {
 		res, err := lease.ClaimJobs(context.Background(), pool, lease.ClaimParams{OwnerID: "rival-claimer", Limit: 1, LeaseDuration: time.Minute})
@@ -61,8 +67,14 @@ func TestPausedRenewerIsReclaimedOnlyAfterDatabaseExpiry(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(res.Claimed) > 0 {
-			// Legal only if the lease expired between the check and the claim.
-			if leaseLive(t, pool, ids[0]) {
+			// Legal only if A's lease expired between the check and the
+			// claim: by the database clock, now is past A's expiry. (The
+			// lease is live again afterwards: it is the rival's.)
+			var past bool
+			if err := pool.QueryRow(context.Background(), `SELECT clock_timestamp() >= $1`, aExpiry).Scan(&past); err != nil {
+				t.Fatal(err)
+			}
+			if !past {
 				t.Fatal("rival claimed a live lease")
 			}
 			break

@@ -40,8 +40,27 @@ type Config struct {
 	FinishBatch int
 	// Completers is the number of concurrent finish transactions (default 2).
 	Completers int
+	// ClaimCooldown is how long the producer lets freed slots accumulate
+	// before claiming for them (default 1ms; negative: claim at once). A
+	// wake-up for new jobs never waits for it.
+	ClaimCooldown time.Duration
+	// FinishLinger is how long a completer that has fewer than FinishBatch
+	// results waits for more before committing (default 2ms; negative: no
+	// wait). A result's slot is already free while it waits, so the linger
+	// trades a little completion latency for fewer, larger commits, as
+	// River's batch completer does on its 50 ms tick.
+	FinishLinger time.Duration
 	// MaxBatchRecords bounds records per job when transforming (default 100000).
 	MaxBatchRecords int
+}
+
+// maxLive bounds the claims a worker holds at once: Concurrency running
+// handlers plus the claims whose handler returned and whose outcome is
+// settling (waiting in a finish group or writing a retry or failure), at
+// most max(Concurrency, FinishBatch × Completers) of them, so a full round of
+// finish groups never holds back the claims of free slots.
+func (c *Config) maxLive() int {
+	return c.Concurrency + max(c.Concurrency, c.FinishBatch*c.Completers)
 }
 
 func (c *Config) defaults() {
@@ -62,6 +81,12 @@ func (c *Config) defaults() {
 	def(&c.ShutdownGrace, 30*time.Second)
 	if c.FinishBatch == 0 {
 		c.FinishBatch = 256
+	}
+	if c.ClaimCooldown == 0 {
+		c.ClaimCooldown = time.Millisecond
+	}
+	if c.FinishLinger == 0 {
+		c.FinishLinger = 2 * time.Millisecond
 	}
 	if c.Completers == 0 {
 		c.Completers = 2
@@ -102,9 +127,10 @@ type Worker struct {
 	producerWG sync.WaitGroup
 	execWG     sync.WaitGroup // one per launched claim until execute returns
 	// runQ hands launched claims to the executor pool: written by launch
-	// (never more than Concurrency claims are live, so it never blocks),
-	// read by the Concurrency executor goroutines, closed by Stop once every
-	// claim has finished.
+	// (never more than maxLive() claims are live, so it never blocks), read
+	// by maxLive() executor goroutines (at most Concurrency running handlers,
+	// the rest settling outcomes), closed by Stop once every claim has
+	// finished.
 	runQ       chan *running
 	poolWG     sync.WaitGroup // the executor goroutines
 	renewWG    sync.WaitGroup
@@ -141,9 +167,13 @@ type running struct {
 	localDeadline time.Time
 	// ctx is the handler's context, cancelled with a cause when the lease is
 	// lost, revoked or the worker shuts down; cancel cancels it.
-	ctx         context.Context
-	cancel      context.CancelCauseFunc
-	lost        bool // renewal stopped for this claim
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	lost   bool // renewal stopped for this claim
+	// slotHeld is true while the handler runs: the claim holds one of the
+	// Concurrency execution slots. The slot is freed as soon as the handler
+	// returns; the claim stays live (and renewed) until its outcome commits.
+	slotHeld    bool
 	started     time.Time
 	sinceCancel time.Duration
 }
@@ -161,7 +191,7 @@ func New(cfg Config, exec, renew *pgxpool.Pool, handlers map[string]Handler, m *
 		wake:       make(chan struct{}, 1),
 		slotFree:   make(chan struct{}, 1),
 		finishQ:    make(chan *finishReq, cfg.Concurrency),
-		runQ:       make(chan *running, cfg.Concurrency),
+		runQ:       make(chan *running, cfg.maxLive()),
 		live:       make(map[uuid.UUID]*running),
 		byJob:      make(map[uuid.UUID]*running),
 		stopClaim:  make(chan struct{}),
@@ -186,7 +216,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			w.finishWG.Add(1)
 			go w.completer()
 		}
-		for range w.cfg.Concurrency {
+		for range w.cfg.maxLive() {
 			w.poolWG.Add(1)
 			go w.executor()
 		}
@@ -222,7 +252,8 @@ func (w *Worker) Revoke(jobID uuid.UUID) {
 	}
 }
 
-// Running returns how many claims the worker holds now.
+// Running returns how many handlers run now: the claims holding an execution
+// slot (a claim whose handler returned holds none while its outcome commits).
 func (w *Worker) Running() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -277,6 +308,8 @@ func (w *Worker) producer() {
 	defer w.producerWG.Done()
 	poll := time.NewTicker(w.cfg.PollInterval)
 	defer poll.Stop()
+	cooldown := time.NewTimer(time.Hour)
+	cooldown.Stop()
 	for {
 		w.runOnce(w.lifeCtx)
 		select {
@@ -284,6 +317,21 @@ func (w *Worker) producer() {
 			return
 		case <-w.wake:
 		case <-w.slotFree:
+			// Slots free one by one as handlers return: wait ClaimCooldown
+			// so the next claim takes the slots freed meanwhile in one
+			// statement (River's FetchCooldown). A wake-up or poll (new
+			// jobs) does not wait: pickup latency stays a round trip.
+			if w.cfg.ClaimCooldown > 0 {
+				cooldown.Reset(w.cfg.ClaimCooldown)
+				select {
+				case <-w.stopClaim:
+					cooldown.Stop()
+					return
+				case <-w.wake:
+				case <-cooldown.C:
+				}
+				cooldown.Stop()
+			}
 		case <-poll.C:
 		}
 	}
@@ -300,7 +348,9 @@ func (w *Worker) runOnce(ctx context.Context) {
 		default:
 		}
 		w.mu.Lock()
-		free := w.cfg.Concurrency - w.running
+		// Concurrency bounds running handlers; claims whose handler returned
+		// and whose outcome is settling hold no slot, within maxLive.
+		free := min(w.cfg.Concurrency-w.running, w.cfg.maxLive()-len(w.live))
 		w.mu.Unlock()
 		if free <= 0 {
 			return
@@ -345,6 +395,7 @@ func (w *Worker) launch(c lease.Claim, sent time.Time) {
 	old := w.byJob[c.JobID]
 	w.live[c.ClaimID] = r
 	w.byJob[c.JobID] = r
+	r.slotHeld = true
 	w.running++
 	w.m.RunningJobs.Set(float64(w.running))
 	w.mu.Unlock()
@@ -357,7 +408,7 @@ func (w *Worker) launch(c lease.Claim, sent time.Time) {
 }
 
 // executor runs launched claims one at a time until Stop closes runQ. A
-// fixed pool of Concurrency executors replaces a goroutine per job: the
+// fixed pool of maxLive() executors replaces a goroutine per job: the
 // stacks stay grown, so a job costs no goroutine creation or stack growth
 // (measured in the burndown profile as a tenth of the worker's CPU).
 func (w *Worker) executor() {
@@ -367,22 +418,46 @@ func (w *Worker) executor() {
 	}
 }
 
-// done forgets a claim and frees its slot.
-func (w *Worker) done(r *running) {
-	r.cancel(context.Canceled)
+// freeSlot gives r's execution slot back (once) and wakes the producer: the
+// handler returned, so another job may start while r's outcome commits.
+func (w *Worker) freeSlot(r *running) {
 	w.mu.Lock()
-	if w.live[r.claim.ClaimID] == r {
-		delete(w.live, r.claim.ClaimID)
+	held := r.slotHeld
+	if held {
+		r.slotHeld = false
 		w.running--
 		w.m.RunningJobs.Set(float64(w.running))
+	}
+	w.mu.Unlock()
+	if held {
+		select {
+		case w.slotFree <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// done forgets a claim whose outcome is settled (and frees its slot if the
+// handler's return did not already).
+func (w *Worker) done(r *running) {
+	r.cancel(context.Canceled)
+	w.freeSlot(r)
+	w.mu.Lock()
+	removed := false
+	if w.live[r.claim.ClaimID] == r {
+		delete(w.live, r.claim.ClaimID)
+		removed = true
 	}
 	if w.byJob[r.claim.JobID] == r {
 		delete(w.byJob, r.claim.JobID)
 	}
 	w.mu.Unlock()
-	select {
-	case w.slotFree <- struct{}{}:
-	default:
+	if removed {
+		// A settled claim may make room under the maxLive bound.
+		select {
+		case w.slotFree <- struct{}{}:
+		default:
+		}
 	}
 }
 
