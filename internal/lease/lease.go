@@ -256,16 +256,21 @@ const exactLease = `job_record_id = $1
 // unnest outside) or hashes both sides: linear either way. An extra
 // "job_record_id = ANY($1)" would make it expect one job row and loop over
 // the whole unnest per row, quadratic in the batch (measured).
-const renewSQL = `
-WITH renewed AS (
-    UPDATE etl_job_records j
-    SET lease_expires_at = GREATEST(j.lease_expires_at, clock_timestamp() + $4::bigint * interval '1 microsecond')
-    FROM unnest($1::uuid[], $2::uuid[]) AS c(job_record_id, lease_claim_id)
+// exactLeases is the FROM and WHERE of a batched fenced write of the job
+// rows aliased j: the whole exact lease (design.md invariant 2) of each
+// presented pair of $1 job ids and $2 claim ids, all of owner $3.
+const exactLeases = `    FROM unnest($1::uuid[], $2::uuid[]) AS c(job_record_id, lease_claim_id)
     WHERE j.job_record_id = c.job_record_id
       AND j.job_status = 'RUNNING'
       AND j.lease_claim_id = c.lease_claim_id
       AND j.lease_owner_id = $3
-      AND j.lease_expires_at > clock_timestamp()
+      AND j.lease_expires_at > clock_timestamp()`
+
+const renewSQL = `
+WITH renewed AS (
+    UPDATE etl_job_records j
+    SET lease_expires_at = GREATEST(j.lease_expires_at, clock_timestamp() + $4::bigint * interval '1 microsecond')
+` + exactLeases + `
     RETURNING j.job_record_id, j.lease_expires_at
 ), requeued AS (
     UPDATE etl_job_claim_queue q
@@ -367,12 +372,7 @@ WITH won AS (
         lease_claim_id = NULL, lease_owner_id = NULL,
         lease_expires_at = NULL, lease_fencing_token = NULL,
         updated_at = clock_timestamp()
-    FROM unnest($1::uuid[], $2::uuid[]) AS c(job_record_id, lease_claim_id)
-    WHERE j.job_record_id = c.job_record_id
-      AND j.job_status = 'RUNNING'
-      AND j.lease_claim_id = c.lease_claim_id
-      AND j.lease_owner_id = $3
-      AND j.lease_expires_at > clock_timestamp()
+` + exactLeases + `
     RETURNING j.job_record_id, j.attempt_count
 ), dequeued AS (
     DELETE FROM etl_job_claim_queue q
