@@ -21,12 +21,17 @@
 //   - each lease_revoked row becomes one core NATS message on
 //     "<p>.jobs.revoked" whose body is the job id;
 //   - each job_lifecycle row becomes one JetStream message on
-//     "<p>.lifecycle.<state>" with Nats-Msg-Id = the outbox id, all published
-//     asynchronously and then awaited (bounded by PublishTimeout);
-//   - the advisory rows and the acknowledged lifecycle rows are deleted in
-//     the same transaction, which commits.
+//     "<p>.lifecycle.<state>" per job: a plain row one, with event id and
+//     Nats-Msg-Id = the outbox id; a group row (a worker's whole finish
+//     group, migration 00006) one per member, with the stable id
+//     "<outbox id>-<member>". All are published asynchronously and then
+//     awaited (bounded by PublishTimeout); a batch publishes at most
+//     BatchSize events (always at least one row);
+//   - the advisory rows and the lifecycle rows whose every event was
+//     acknowledged are deleted in the same transaction, which commits.
 //
-// A lifecycle row is deleted only after JetStream acknowledged it. If the
+// A lifecycle row is deleted only after JetStream acknowledged all its
+// events. If the
 // relay dies between publish and commit, the rows come back and are
 // published again; JetStream drops the copy by Nats-Msg-Id inside the
 // stream's duplicate window (2 minutes), and consumers deduplicate by the

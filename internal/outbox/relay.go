@@ -290,8 +290,8 @@ func (r *Relay) refreshBacklog(ctx context.Context) {
 }
 
 // RunOnce handles one batch (see the package documentation) and returns the
-// number of rows published: advisory rows whose message was sent and
-// lifecycle rows JetStream acknowledged. An error means the batch, or some
+// number published: advisory rows whose message was sent and lifecycle
+// events JetStream acknowledged (a group row counts once per member). An error means the batch, or some
 // of its lifecycle rows, will be retried; rows published before the error
 // may be published again. Safe to call concurrently with a running relay and
 // with other relays.
