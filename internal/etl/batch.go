@@ -53,7 +53,9 @@ type Field struct {
 //     trailing white space, has at most 256 code points and contains no control (Cc), format
 //     (Cf), line (Zl) or paragraph (Zp) separator characters; or when a field name is empty,
 //     contains a control character, ':' or ',', or collides with another after
-//     strings.ToUpper.
+//     strings.ToUpper; or when a value, at any depth, cannot be stored by PostgreSQL: a
+//     \u0000 escape, a UTF-16 surrogate escape outside a high-low pair, or a number outside
+//     the numeric type (more than 131,072 digits before the point or 16,383 after it).
 //
 // The body-level codes take precedence over CodeInvalidRecord (see the package doc). The
 // returned Field values alias body. ParseBatch is safe for concurrent use.
@@ -147,7 +149,7 @@ func (p *parser) record() (rec Record, valid bool, err error) {
 		}
 		raw := trimValue(p.body[start:p.dec.InputOffset()])
 
-		if !validFieldName(name) || !upper.add(strings.ToUpper(name)) {
+		if !validFieldName(name) || !upper.add(strings.ToUpper(name)) || !loadable(raw) {
 			valid = false
 		}
 		if name == "id" {

@@ -27,7 +27,7 @@ const processedDataDDL = `CREATE TABLE processed_data (
 // testDB creates an isolated database with the processed_data table and drops it when the
 // test ends. The server is pgtest.ServerURL's (TEST_DATABASE_URL, else the local one); with
 // none the test fails.
-func testDB(t *testing.T) *pgx.Conn {
+func testDB(t testing.TB) *pgx.Conn {
 	t.Helper()
 	url := pgtest.ServerURL(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -115,6 +115,10 @@ func TestProblemRows(t *testing.T) {
 		{"batch too large", req{Method: "POST", Path: "/api/etl/jobs", Principal: alice, Key: "key-0000000000000001", Body: `[{"id":"1"},{"id":"2"},{"id":"3"},{"id":"4"}]`}, 413, "etl_batch_too_large"},
 		{"invalid record id", req{Method: "POST", Path: "/api/etl/jobs", Principal: alice, Key: "key-0000000000000001", Body: `[{"id":" a"}]`}, 422, "etl_invalid_record"},
 		{"invalid amount", req{Method: "POST", Path: "/api/etl/jobs", Principal: alice, Key: "key-0000000000000001", Body: `[{"id":"a","amount":"1e3"}]`}, 422, "etl_invalid_record"},
+		// Values PostgreSQL cannot store (issue 12, defect 1): refused up front, on every path.
+		{"number beyond numeric", req{Method: "POST", Path: "/api/etl/jobs", Principal: alice, Key: "key-0000000000000001", Body: `[{"id":"a1","qty":1e999999}]`}, 422, "etl_invalid_record"},
+		{"lone surrogate nested", req{Method: "POST", Path: "/api/etl/jobs", Principal: alice, Key: "key-0000000000000001", Body: `[{"id":"a1","x":[["\ud800"]]}]`}, 422, "etl_invalid_record"},
+		{"NUL escape", req{Method: "POST", Path: "/api/etl/process", Principal: alice, Body: `[{"id":"a1","x":"\u0000"}]`}, 422, "etl_invalid_record"},
 		{"submission key reused", req{Method: "POST", Path: "/api/etl/jobs", Principal: alice, Key: keyA, Body: `[{"id":"other"}]`}, 422, "etl_job_submission_key_reused"},
 		{"sync key reused", req{Method: "POST", Path: "/api/etl/process", Principal: alice, Key: "sync-key-00000000001", Body: `[{"id":"other"}]`}, 422, "etl_idempotency_key_reused"},
 		{"page limit zero", req{Method: "GET", Path: "/api/etl/jobs?limit=0", Principal: alice}, 400, "etl_invalid_job_page_limit"},
