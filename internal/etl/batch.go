@@ -53,7 +53,8 @@ type Field struct {
 //     trailing white space, has at most 256 code points and contains no control (Cc), format
 //     (Cf), line (Zl) or paragraph (Zp) separator characters; or when a field name is empty,
 //     contains a control character, ':' or ',', or collides with another after
-//     strings.ToUpper; or when a value, at any depth, cannot be stored by PostgreSQL: a
+//     strings.ToUpper; or when a value other than AMOUNT's (which is stored parsed and
+//     rounded), at any depth, cannot be stored by PostgreSQL: a
 //     \u0000 escape, a UTF-16 surrogate escape outside a high-low pair, or a number outside
 //     the numeric type (more than 131,072 digits before the point or 16,383 after it).
 //
@@ -149,7 +150,10 @@ func (p *parser) record() (rec Record, valid bool, err error) {
 		}
 		raw := trimValue(p.body[start:p.dec.InputOffset()])
 
-		if !validFieldName(name) || !upper.add(strings.ToUpper(name)) || !loadable(raw) {
+		upperName := strings.ToUpper(name)
+		// AMOUNT is stored as its parsed, rounded decimal (the transform
+		// rejects what it cannot parse); every other value is stored as given.
+		if !validFieldName(name) || !upper.add(upperName) || (upperName != "AMOUNT" && !loadable(raw)) {
 			valid = false
 		}
 		if name == "id" {

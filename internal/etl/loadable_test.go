@@ -35,6 +35,9 @@ func TestParseBatchRefusesValuesPostgreSQLCannotStore(t *testing.T) {
 		{"NUL in a nested key", `{"id":"a1","x":{"\u0000":1}}`, false},
 		{"escaped backslash then u", `{"id":"a1","x":"\\u0000"}`, true},
 		{"plain", `{"id":"a1","name":"jane","x":[1,2.5,-3e5,true,null,"s"]}`, true},
+		// AMOUNT is stored as its rounded decimal, not as given.
+		{"tiny amount rounds to 0.00", `{"id":"a1","amount":1e-1000000000000}`, true},
+		{"NUL in NAME", `{"id":"a1","name":"a\u0000"}`, false},
 	} {
 		rows, err := ParseBatch([]byte("["+c.record+"]"), 10)
 		var ee *Error
@@ -55,6 +58,7 @@ func FuzzAcceptedBatchesLoadIntoJSONB(f *testing.F) {
 		`[{"id":"a1","qty":1e999999}]`, `[{"id":"a1","x":1e131071}]`, `[{"id":"a1","x":1e-16383}]`,
 		`[{"id":"a1","x":"\ud800"}]`, `[{"id":"a1","x":"\ud83d\ude00"}]`, `[{"id":"a1","x":{"\u0000":1}}]`,
 		`[{"id":"a1","x":0e999999,"y":[0.0001e131074]}]`, `[{"id":"a1","name":"jane","amount":"999.9"}]`,
+		`[{"id":"a1","amount":1e-1000000000000}]`, `[{"id":"a1","name":"a\u0000"}]`,
 	} {
 		f.Add([]byte(s))
 	}
