@@ -475,3 +475,49 @@ func TestRevokeCancelsHandlerWithTypedCause(t *testing.T) {
 		t.Fatalf("lost(revoked) %v", v)
 	}
 }
+
+// A key resubmitted after its old job was pruned runs to SUCCEEDED like any
+// new job (issue 12, defect 3: a leftover response-ledger row of the pruned
+// job used to fail the new job's finish on a unique key, forever). Durable
+// jobs write no ledger row since migration 00005; this pins that the finish
+// of a reused key cannot collide with anything the old job left.
+func TestKeyResubmittedAfterPruneSucceeds(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	payload := diagnostic(0, "", 2)
+	job := pg.NewJob{Kind: pg.KindDiagnostic, PrincipalScopeHash: sha("owner"), SubmissionKeyHash: sha("reused-key"),
+		RequestDigest: sha(payload), Payload: payload, MaxAttempts: 3}
+	submit := func() uuid.UUID {
+		t.Helper()
+		ins, err := pg.InsertJobs(ctx, pool, []pg.NewJob{job})
+		if err != nil || !ins[0].Created {
+			t.Fatalf("submit: %v %+v", err, ins)
+		}
+		return ins[0].JobID
+	}
+	h := newWorker(t, url, fastConfig(), worker.Hooks{})
+	h.start(t)
+	first := submit()
+	testwait.For(t, 30*time.Second, "first job succeeded", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 1 })
+	if _, err := pool.Exec(ctx, `UPDATE etl_job_records SET updated_at = clock_timestamp() - interval '40 days' WHERE job_record_id = $1`, first); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := pg.PruneTerminalJobs(ctx, pool, 30*24*time.Hour, 100); err != nil || n != 1 {
+		t.Fatalf("prune: %d %v", n, err)
+	}
+	if n, err := pg.PruneLedger(ctx, pool, 30*24*time.Hour, 100); err != nil {
+		t.Fatalf("prune ledger: %d %v", n, err)
+	}
+	second := submit()
+	if second == first {
+		t.Fatal("the pruned job's id came back")
+	}
+	testwait.For(t, 30*time.Second, "resubmitted job succeeded", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 2 })
+	st, attempts, _ := jobState(t, pool, second)
+	if st != pg.StatusSucceeded || attempts != 1 {
+		t.Fatalf("resubmitted job %s after %d attempts, want SUCCEEDED on the first", st, attempts)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM processed_data WHERE job_record_id = $1`, second); n != 2 {
+		t.Fatalf("resubmitted job loaded %d rows, want 2", n)
+	}
+}
