@@ -371,15 +371,16 @@ func (w *Worker) runOnce(ctx context.Context) {
 		if res.Exhausted > 0 {
 			w.m.Outcomes.WithLabelValues(metrics.OutcomeFailed).Add(float64(res.Exhausted))
 		}
-		if len(res.Claimed) == 0 {
-			return
+		if len(res.Claimed) > 0 {
+			w.m.ClaimBatchSize.Observe(float64(len(res.Claimed)))
+			w.m.Outcomes.WithLabelValues(metrics.OutcomeClaimed).Add(float64(len(res.Claimed)))
+			for i := range res.Claimed {
+				w.launch(res.Claimed[i], sent)
+			}
 		}
-		w.m.ClaimBatchSize.Observe(float64(len(res.Claimed)))
-		w.m.Outcomes.WithLabelValues(metrics.OutcomeClaimed).Add(float64(len(res.Claimed)))
-		for i := range res.Claimed {
-			w.launch(res.Claimed[i], sent)
-		}
-		if len(res.Claimed) < free {
+		// Exhausted leases took candidates too: a batch that came back full
+		// counting them may have left claimable jobs behind.
+		if len(res.Claimed)+res.Exhausted < free {
 			return
 		}
 	}

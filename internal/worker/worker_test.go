@@ -521,3 +521,41 @@ func TestKeyResubmittedAfterPruneSucceeds(t *testing.T) {
 		t.Fatalf("resubmitted job loaded %d rows, want 2", n)
 	}
 }
+
+// Expired leases on their last attempt take candidates of a claim (they are
+// failed, not claimed): a claim that came back full counting them goes on
+// claiming at once instead of leaving the jobs behind them to the next poll
+// (issue 12, defect 6).
+func TestClaimGoesOnPastExhaustedLeases(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	exhausted := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(0, "", 0), maxAttempts: 1},
+		jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(0, "", 0), maxAttempts: 1})
+	if res, err := lease.ClaimJobs(ctx, pool, lease.ClaimParams{OwnerID: "gone-worker-1", Limit: 2, LeaseDuration: time.Minute}); err != nil || len(res.Claimed) != 2 {
+		t.Fatalf("claim as the gone worker: %v", err)
+	}
+	pending := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(0, "", 1)},
+		jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(0, "", 1)})
+	// Expired an hour ago: the oldest candidates, ahead of the pending jobs.
+	for _, id := range exhausted {
+		if _, err := pool.Exec(ctx, pgtest.ExpireLeaseSQL, id, time.Hour.Microseconds()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := fastConfig()
+	cfg.Concurrency = 2
+	cfg.PollInterval = time.Hour // only the producer's own loop can reach the pending jobs
+	h := newWorker(t, url, cfg, worker.Hooks{})
+	h.start(t)
+	testwait.For(t, 20*time.Second, "pending jobs succeeded", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 2 })
+	for _, id := range pending {
+		if st, _, _ := jobState(t, pool, id); st != pg.StatusSucceeded {
+			t.Fatalf("pending job %s", st)
+		}
+	}
+	for _, id := range exhausted {
+		if st, _, _ := jobState(t, pool, id); st != pg.StatusFailed {
+			t.Fatalf("exhausted job %s", st)
+		}
+	}
+}
