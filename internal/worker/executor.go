@@ -35,7 +35,7 @@ func (w *Worker) execute(ctx context.Context, r *running) {
 	switch {
 	case herr == nil:
 		outcome = w.finishSuccess(r, out)
-	case ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrShutdown):
+	case ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrShutdown) && stoppedByCancel(herr):
 		outcome = w.fencedWrite(r, metrics.OutcomeReleased, func(ctx context.Context) error {
 			return lease.Release(ctx, w.exec, c.Ref)
 		})
@@ -52,6 +52,14 @@ func (w *Worker) execute(ctx context.Context, r *running) {
 		w.m.Outcomes.WithLabelValues(outcome).Inc()
 		w.m.ExecutionSeconds.WithLabelValues(outcome).Observe(time.Since(r.started).Seconds())
 	}
+}
+
+// stoppedByCancel reports whether a handler's error is its context ending
+// (the cause it was cancelled with, or the plain context errors), as opposed
+// to a failure of its own that happened to coincide with a shutdown: such a
+// failure is recorded, not hidden behind a release that refunds the attempt.
+func stoppedByCancel(herr error) bool {
+	return errors.Is(herr, ErrShutdown) || errors.Is(herr, context.Canceled) || errors.Is(herr, context.DeadlineExceeded)
 }
 
 // runHandler calls the kind's handler, turning a panic into an internal failure.

@@ -559,3 +559,50 @@ func TestClaimGoesOnPastExhaustedLeases(t *testing.T) {
 		}
 	}
 }
+
+// A handler that fails on its own while the worker shuts down gets its
+// failure recorded: the job ends FAILED with the handler's code and the
+// attempt charged, not released as if shutdown had stopped it (issue 12,
+// defect 6). A handler that stops because of the shutdown is still released.
+func TestShutdownDoesNotMaskAHandlersOwnFailure(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	// Two kinds, two test handlers: ETL jobs fail on their own, diagnostic
+	// jobs stop because the worker stops.
+	failing := insert(t, pool, jobSpec{kind: pg.KindETLRecords, payload: `{}`})[0]
+	stopping := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: `{}`})[0]
+	started := make(chan struct{}, 2)
+	handlers := map[string]worker.Handler{
+		pg.KindETLRecords: func(hctx context.Context, _ *lease.Claim) (worker.Output, error) {
+			started <- struct{}{}
+			<-hctx.Done()
+			return worker.Output{}, worker.Permanent("etl_target_failure", errors.New("own failure"))
+		},
+		pg.KindDiagnostic: func(hctx context.Context, _ *lease.Claim) (worker.Output, error) {
+			started <- struct{}{}
+			<-hctx.Done()
+			return worker.Output{}, context.Cause(hctx)
+		},
+	}
+	cfg := fastConfig()
+	cfg.Concurrency = 2
+	cfg.ShutdownGrace = 10 * time.Millisecond
+	h := newWorkerWith(t, url, cfg, worker.Hooks{}, harnessOptions{handlers: handlers})
+	h.start(t)
+	<-started
+	<-started
+	if err := h.w.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, attempts, _ := jobState(t, pool, failing)
+	var code *string
+	if err := pool.QueryRow(ctx, `SELECT failure_code FROM etl_job_records WHERE job_record_id = $1`, failing).Scan(&code); err != nil {
+		t.Fatal(err)
+	}
+	if st != pg.StatusFailed || attempts != 1 || code == nil || *code != "etl_target_failure" {
+		t.Fatalf("failing job %s attempt %d code %v, want FAILED etl_target_failure on attempt 1", st, attempts, code)
+	}
+	if st, attempts, _ := jobState(t, pool, stopping); st != pg.StatusPending || attempts != 0 {
+		t.Fatalf("stopped job %s attempt %d, want released: PENDING, attempt refunded", st, attempts)
+	}
+}
