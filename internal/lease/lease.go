@@ -271,13 +271,13 @@ WITH renewed AS (
     UPDATE etl_job_records j
     SET lease_expires_at = GREATEST(j.lease_expires_at, clock_timestamp() + $4::bigint * interval '1 microsecond')
 ` + exactLeases + `
-    RETURNING j.job_record_id, j.lease_expires_at
+    RETURNING j.job_record_id, c.lease_claim_id, j.lease_expires_at
 ), requeued AS (
     UPDATE etl_job_claim_queue q
     SET claimable_at = GREATEST(q.claimable_at, clock_timestamp() + $4::bigint * interval '1 microsecond')
     WHERE q.job_record_id = ANY(ARRAY(SELECT job_record_id FROM renewed))
 )
-SELECT job_record_id, lease_expires_at FROM renewed`
+SELECT lease_claim_id, lease_expires_at FROM renewed`
 
 // Renewal is the result for one presented claim.
 type Renewal struct {
@@ -310,20 +310,22 @@ func Renew(ctx context.Context, db pg.DBTX, ownerID string, refs []Ref, duration
 		return nil, fmt.Errorf("renew leases: %w", err)
 	}
 	defer rows.Close()
+	// Keyed by claim id: a worker may present two claims of one job (an old,
+	// superseded one and the current one); only the matching claim renewed.
 	renewed := make(map[uuid.UUID]time.Time, len(refs))
 	for rows.Next() {
-		var id uuid.UUID
+		var claim uuid.UUID
 		var exp time.Time
-		if err := rows.Scan(&id, &exp); err != nil {
+		if err := rows.Scan(&claim, &exp); err != nil {
 			return nil, fmt.Errorf("renew leases: scan: %w", err)
 		}
-		renewed[id] = exp
+		renewed[claim] = exp
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("renew leases: %w", err)
 	}
 	for i := range out {
-		if exp, ok := renewed[out[i].JobID]; ok {
+		if exp, ok := renewed[out[i].ClaimID]; ok {
 			out[i].Renewed, out[i].ExpiresAt = true, exp
 		}
 	}
@@ -351,7 +353,10 @@ func refArrays(ownerID string, refs []Ref) (ids, claims [][16]byte, err error) {
 
 // Won is a job whose fenced success matched its exact lease.
 type Won struct {
-	JobID   uuid.UUID
+	JobID uuid.UUID
+	// ClaimID is the claim that won: of two claims of one job presented
+	// together (an old, superseded one and the current one) only one can.
+	ClaimID uuid.UUID
 	Attempt int
 }
 
@@ -373,7 +378,7 @@ WITH won AS (
         lease_expires_at = NULL, lease_fencing_token = NULL,
         updated_at = clock_timestamp()
 ` + exactLeases + `
-    RETURNING j.job_record_id, j.attempt_count
+    RETURNING j.job_record_id, c.lease_claim_id, j.attempt_count
 ), dequeued AS (
     DELETE FROM etl_job_claim_queue q
     WHERE q.job_record_id = ANY(ARRAY(SELECT job_record_id FROM won))
@@ -386,7 +391,7 @@ WITH won AS (
     FROM won
     HAVING count(*) > 0
 )
-SELECT job_record_id, attempt_count FROM won`
+SELECT job_record_id, lease_claim_id, attempt_count FROM won`
 
 // Succeed applies the fenced terminal success of refs (all of ownerID) inside
 // the caller's transaction tx and returns the jobs that won, in no particular
@@ -409,7 +414,7 @@ func Succeed(ctx context.Context, tx pg.DBTX, ownerID string, refs []Ref) ([]Won
 	var won []Won
 	for rows.Next() {
 		var w Won
-		if err := rows.Scan(&w.JobID, &w.Attempt); err != nil {
+		if err := rows.Scan(&w.JobID, &w.ClaimID, &w.Attempt); err != nil {
 			return nil, fmt.Errorf("succeed jobs: scan: %w", err)
 		}
 		won = append(won, w)

@@ -258,3 +258,33 @@ func TestQueueRowsFollowDeletedJobsAndOrphansAreSkippedAndPruned(t *testing.T) {
 	}
 	pgtest.AssertClaimQueueConsistent(t, pool)
 }
+
+// A worker can hold two claims of one job: an expired one it still runs and
+// the one it took when it reclaimed the job. Presented together, only the
+// current claim renews and only it wins the finish; results are keyed by
+// claim, not by job (issue 12, defect 6).
+func TestRenewAndSucceedTellTwoClaimsOfOneJobApart(t *testing.T) {
+	pool, _ := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	id := insertJobs(t, pool, 1, 3)[0]
+	old := claim(t, pool, "worker-twice-1", 1, time.Minute).Claimed[0]
+	expire(t, pool, id)
+	cur := claim(t, pool, "worker-twice-1", 1, time.Minute).Claimed[0]
+	if cur.JobID != id || cur.ClaimID == old.ClaimID {
+		t.Fatalf("reclaim: %+v", cur)
+	}
+	ren, err := lease.Renew(ctx, pool, "worker-twice-1", []lease.Ref{old.Ref, cur.Ref}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ren[0].Renewed || !ren[1].Renewed {
+		t.Fatalf("renewed old %v, current %v; want only the current", ren[0].Renewed, ren[1].Renewed)
+	}
+	won, err := lease.Succeed(ctx, pool, "worker-twice-1", []lease.Ref{old.Ref, cur.Ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(won) != 1 || won[0].ClaimID != cur.ClaimID || won[0].JobID != id {
+		t.Fatalf("won %+v, want only the current claim %v", won, cur.ClaimID)
+	}
+}

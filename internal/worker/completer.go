@@ -110,7 +110,7 @@ func (w *Worker) commitFinish(batch []*finishReq) error {
 	}
 	ctx, cancel := context.WithTimeout(w.lifeCtx, max(w.cfg.RenewInterval, 5*time.Second))
 	defer cancel()
-	var won map[uuid.UUID]bool
+	var won map[uuid.UUID]bool // by claim id: two claims of one job may share a group
 	err := pg.WithTx(ctx, w.exec, func(tx pgx.Tx) error {
 		winners, err := lease.Succeed(ctx, tx, w.cfg.OwnerID, refs)
 		if err != nil {
@@ -118,11 +118,11 @@ func (w *Worker) commitFinish(batch []*finishReq) error {
 		}
 		won = make(map[uuid.UUID]bool, len(winners))
 		for _, wn := range winners {
-			won[wn.JobID] = true
+			won[wn.ClaimID] = true
 		}
 		var rows []etl.TargetRow
 		for _, req := range batch {
-			if won[req.r.claim.JobID] {
+			if won[req.r.claim.ClaimID] {
 				rows = append(rows, req.out.Rows...)
 			}
 		}
@@ -136,7 +136,7 @@ func (w *Worker) commitFinish(batch []*finishReq) error {
 	}
 	w.m.FinishBatchSize.Observe(float64(len(won)))
 	for _, req := range batch {
-		if won[req.r.claim.JobID] {
+		if won[req.r.claim.ClaimID] {
 			req.reply <- nil
 		} else {
 			req.reply <- lease.ErrLost
