@@ -268,38 +268,32 @@ func randomHex(n int) string {
 // ExpireLeaseSQL moves the lease of job $1 (and its claim-queue row, which
 // follows the lease) $2 microseconds into the past by the database clock, as
 // if the lease had run out: the next claim may take it. $2 must be positive.
-const ExpireLeaseSQL = `
-WITH expired AS (
-    UPDATE etl_job_records
-    SET lease_expires_at = clock_timestamp() - $2::bigint * interval '1 microsecond'
-    WHERE job_record_id = $1 AND job_status = 'RUNNING'
-    RETURNING job_record_id, lease_expires_at
-)
-UPDATE etl_job_claim_queue q SET claimable_at = e.lease_expires_at
-FROM expired e WHERE q.job_record_id = e.job_record_id`
+var ExpireLeaseSQL = pastEligibilitySQL("lease_expires_at", "RUNNING",
+	"job_record_id = $1", "$2::bigint * interval '1 microsecond'")
 
 // ExpireAllLeasesSQL is ExpireLeaseSQL for every RUNNING job, 1 ms ago.
-const ExpireAllLeasesSQL = `
-WITH expired AS (
-    UPDATE etl_job_records
-    SET lease_expires_at = clock_timestamp() - interval '1 millisecond'
-    WHERE job_status = 'RUNNING'
-    RETURNING job_record_id, lease_expires_at
-)
-UPDATE etl_job_claim_queue q SET claimable_at = e.lease_expires_at
-FROM expired e WHERE q.job_record_id = e.job_record_id`
+var ExpireAllLeasesSQL = pastEligibilitySQL("lease_expires_at", "RUNNING", "true", "interval '1 millisecond'")
 
 // MakeAvailableSQL moves the available_at of PENDING job $1 (and its
 // claim-queue row) $2 microseconds into the past by the database clock.
-const MakeAvailableSQL = `
+var MakeAvailableSQL = pastEligibilitySQL("available_at", "PENDING",
+	"job_record_id = $1", "$2::bigint * interval '1 microsecond'")
+
+// pastEligibilitySQL is one statement that sets column (the time a job in
+// status becomes claimable) of the jobs matching filter to ago before the
+// database clock, and moves their claim-queue rows with it, as every product
+// statement does (migration 00005).
+func pastEligibilitySQL(column, status, filter, ago string) string {
+	return `
 WITH moved AS (
     UPDATE etl_job_records
-    SET available_at = clock_timestamp() - $2::bigint * interval '1 microsecond'
-    WHERE job_record_id = $1 AND job_status = 'PENDING'
-    RETURNING job_record_id, available_at
+    SET ` + column + ` = clock_timestamp() - ` + ago + `
+    WHERE ` + filter + ` AND job_status = '` + status + `'
+    RETURNING job_record_id, ` + column + ` AS eligible_at
 )
-UPDATE etl_job_claim_queue q SET claimable_at = m.available_at
+UPDATE etl_job_claim_queue q SET claimable_at = m.eligible_at
 FROM moved m WHERE q.job_record_id = m.job_record_id`
+}
 
 // claimQueueViolationsSQL lists every way the claim queue disagrees with the
 // job rows: a PENDING or RUNNING job without a queue row, a queue row of a

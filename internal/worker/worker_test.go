@@ -589,8 +589,13 @@ func TestShutdownDoesNotMaskAHandlersOwnFailure(t *testing.T) {
 	cfg.ShutdownGrace = 10 * time.Millisecond
 	h := newWorkerWith(t, url, cfg, worker.Hooks{}, harnessOptions{handlers: handlers})
 	h.start(t)
-	<-started
-	<-started
+	for range 2 {
+		select {
+		case <-started:
+		case <-time.After(30 * time.Second):
+			t.Fatal("handlers did not start")
+		}
+	}
 	if err := h.w.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
