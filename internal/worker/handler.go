@@ -13,12 +13,12 @@ import (
 	"github.com/mightyetl/mightyetl/internal/pg"
 )
 
-// Output is what a successful handler hands to the completer: the target rows
-// and the ledger's response text. The worker writes them in the finish
-// transaction only if the job's exact lease still holds.
+// Output is what a successful handler hands to the completer: the target
+// rows. The worker writes them in the finish transaction only if the job's
+// exact lease still holds. (A durable job writes no response-ledger row, so
+// no response text is computed.)
 type Output struct {
-	Rows         []etl.TargetRow
-	ResponseText string
+	Rows []etl.TargetRow
 }
 
 // Handler computes a job. It runs outside any transaction and must return
@@ -47,7 +47,7 @@ func transform(c *lease.Claim, records []byte, maxRecords int) (Output, error) {
 		}
 		return Output{}, Permanent(CodeInternalError, err)
 	}
-	out := Output{Rows: make([]etl.TargetRow, len(rows)), ResponseText: etl.ResponseText(rows)}
+	out := Output{Rows: make([]etl.TargetRow, len(rows))}
 	for i, r := range rows {
 		out.Rows[i] = etl.TargetRow{JobID: c.JobID, Data: r.Data, Normalized: r.Normalized}
 	}
