@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/mightyetl/mightyetl/internal/pg"
@@ -51,8 +53,9 @@ type batcher struct {
 }
 
 // submit queues s, takes part in flushing, and waits for s's outcome or ctx.
-// When ctx ends first the submission may still commit; the caller's retry
-// with the same key and body then replays it.
+// When ctx ends before the outcome is known the submission may still
+// commit; the caller's retry with the same key and body then replays it. An
+// outcome already known wins over an ended ctx.
 func (b *batcher) submit(ctx context.Context, s *submission) error {
 	var wake chan struct{} // non-nil: this caller leads the round
 	b.mu.Lock()
@@ -90,7 +93,12 @@ func (b *batcher) submit(ctx context.Context, s *submission) error {
 	case <-s.done:
 		return s.err
 	case <-ctx.Done():
-		return ctx.Err()
+		select {
+		case <-s.done: // settled as well (a leader flushes whatever its ctx): report it
+			return s.err
+		default:
+			return ctx.Err()
+		}
 	}
 }
 
@@ -123,7 +131,9 @@ func (b *batcher) run(ctx context.Context, batch []*submission) {
 	}
 }
 
-// flush inserts batch in one transaction and hands every caller its result.
+// flush inserts batch in one transaction and hands every caller its result,
+// retrying a lost deadlock or serialization race and a conflicting row that
+// vanished before it was read (each job keeps its id across attempts).
 // Identical (principal, key) pairs are sent once; the first caller of a pair
 // gets Created true if the row is new, the others see the same job with
 // Created false. Jobs are sorted by (scope, key) so concurrent flushes that
@@ -146,6 +156,21 @@ func (b *batcher) flush(ctx context.Context, batch []*submission) {
 			jobs = append(jobs, s.job)
 		}
 		slot[i] = j
+	}
+	// Every job gets its id now, once for all attempts: an attempt that
+	// fails after its insert committed (a conflicting row vanished before
+	// the lookup) leaves its jobs behind, and the retry recognises them by
+	// id as created by this flush, not as somebody else's (a replay).
+	for j := range jobs {
+		if jobs[j].JobID != uuid.Nil {
+			continue
+		}
+		id, err := uuid.NewV7()
+		if err != nil {
+			failBatch(batch, fmt.Errorf("flush: job id: %w", err))
+			return
+		}
+		jobs[j].JobID = id
 	}
 	order := make([]int, len(jobs))
 	for i := range order {
@@ -179,26 +204,32 @@ func (b *batcher) flush(ctx context.Context, batch []*submission) {
 			break
 		}
 	}
-	if err == nil && b.observe != nil {
+	if err != nil {
+		failBatch(batch, err)
+		return
+	}
+	if b.observe != nil {
 		b.observe(len(batch))
 	}
 	results := make([]pg.Inserted, len(jobs))
-	if err == nil {
-		for to, from := range order {
-			results[from] = inserted[to]
-		}
+	for to, from := range order {
+		results[from] = inserted[to]
 	}
 	handed := make([]bool, len(jobs))
 	for i, s := range batch {
-		if err != nil {
-			s.err = storeError(err)
-		} else {
-			s.res = results[slot[i]]
-			if handed[slot[i]] {
-				s.res.Created = false
-			}
-			handed[slot[i]] = true
+		s.res = results[slot[i]]
+		if handed[slot[i]] {
+			s.res.Created = false
 		}
+		handed[slot[i]] = true
+		close(s.done)
+	}
+}
+
+// failBatch hands every submission of batch the classified err.
+func failBatch(batch []*submission, err error) {
+	for _, s := range batch {
+		s.err = storeError(err)
 		close(s.done)
 	}
 }

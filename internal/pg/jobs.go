@@ -71,9 +71,10 @@ type Job struct {
 // Inserted is the outcome of inserting one NewJob.
 type Inserted struct {
 	Job
-	// Created is true when this call created the job, false when the
-	// (principal, key) pair already had one (RequestDigest tells whether it
-	// was the same request).
+	// Created is true when this call created the job, or an earlier call
+	// given the same NewJob.JobID did (a retry), and false when the
+	// (principal, key) pair already had another job (RequestDigest tells
+	// whether it was the same request).
 	Created bool
 }
 
@@ -140,8 +141,14 @@ func scanJob(row scanner, extra ...any) (Job, error) {
 // InsertJobs inserts jobs in one statement on db (a pool or the caller's
 // transaction) and returns one Inserted per input, in order. A job whose
 // (principal, key) pair already exists is not inserted; its existing row is
-// returned with Created false. Callers batch concurrent submissions into one
-// call to share a commit.
+// returned with Created false, unless that row carries the job's own JobID.
+// Callers batch concurrent submissions into one call to share a commit.
+//
+// ErrNotFound means a pair's existing row vanished (was pruned) between the
+// insert and the lookup of existing rows; the caller may retry. Unless db is
+// a transaction, the insert has committed by then, so a retry must pass the
+// same JobIDs: the jobs the first call created then come back with Created
+// true, not as somebody else's.
 func InsertJobs(ctx context.Context, db DBTX, jobs []NewJob) ([]Inserted, error) {
 	out := make([]Inserted, len(jobs))
 	if len(jobs) == 0 {
@@ -228,7 +235,8 @@ func InsertJobs(ctx context.Context, db DBTX, jobs []NewJob) ([]Inserted, error)
 			// or pruned) between our two statements; the caller may retry.
 			return nil, fmt.Errorf("insert jobs: conflicting job vanished: %w", ErrNotFound)
 		}
-		out[i] = Inserted{Job: j}
+		// Our own id: an earlier call with these JobIDs committed this job.
+		out[i] = Inserted{Job: j, Created: j.JobID == uuid.UUID(ids[i])}
 	}
 	return out, nil
 }
