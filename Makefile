@@ -4,7 +4,7 @@ STATICCHECK   ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PROMTOOL      ?= promtool
 BIN           := bin
 
-.PHONY: help run test vet fmtcheck staticcheck unit rules build fmt
+.PHONY: help run test vet fmtcheck staticcheck unit rules build fmt soak
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -34,6 +34,9 @@ rules: ## promtool check and unit-test the Prometheus alert rules (required unde
 
 unit: ## go test -race over every package
 	$(GO) test -race -count=1 -timeout 30m ./...
+
+soak: ## the fault-injection test for 30 minutes, with RSS and goroutine samples (docs/reliability.md)
+	MIGHTYETL_FAULT_DURATION=30m $(GO) test -count=1 -run TestFaultInjection -timeout 40m -v ./internal/faultinject
 
 build: ## build the binaries into ./bin
 	$(GO) build -o $(BIN)/ ./cmd/...
