@@ -241,6 +241,16 @@ const exactLease = `job_record_id = $1
       AND lease_owner_id = $3
       AND lease_expires_at > clock_timestamp()`
 
+// exactLeases is the FROM and WHERE of a batched fenced write of the job
+// rows aliased j: the whole exact lease (design.md invariant 2) of each
+// presented pair of $1 job ids and $2 claim ids, all of owner $3.
+const exactLeases = `    FROM unnest($1::uuid[], $2::uuid[]) AS c(job_record_id, lease_claim_id)
+    WHERE j.job_record_id = c.job_record_id
+      AND j.job_status = 'RUNNING'
+      AND j.lease_claim_id = c.lease_claim_id
+      AND j.lease_owner_id = $3
+      AND j.lease_expires_at > clock_timestamp()`
+
 // renewSQL extends many exact live leases at once. It only ever matches rows
 // that are RUNNING under the exact claim and owner with an unexpired lease
 // (database clock), so it cannot create, revive or transfer a claim. GREATEST
@@ -256,35 +266,62 @@ const exactLease = `job_record_id = $1
 // unnest outside) or hashes both sides: linear either way. An extra
 // "job_record_id = ANY($1)" would make it expect one job row and loop over
 // the whole unnest per row, quadratic in the batch (measured).
-// exactLeases is the FROM and WHERE of a batched fenced write of the job
-// rows aliased j: the whole exact lease (design.md invariant 2) of each
-// presented pair of $1 job ids and $2 claim ids, all of owner $3.
-const exactLeases = `    FROM unnest($1::uuid[], $2::uuid[]) AS c(job_record_id, lease_claim_id)
+//
+// Locks: the exact leases are locked FOR UPDATE SKIP LOCKED before they are
+// extended, so renewal never waits on a row another transaction holds: the
+// worker's own finish transaction (which locks its won rows until commit),
+// a cancellation, a claimer looking at an expiring lease. A presented lease
+// whose row was skipped, but which the statement's snapshot still shows as
+// the exact live lease, comes back busy: not renewed this time, not lost.
+// (The snapshot read returns every live lease; Renew tells the busy ones
+// from the renewed ones by claim id, which keeps the statement linear.)
+// The renewal pool also runs with a short lock_timeout, so the queue-row
+// update cannot wait long either (internal/worker.OpenPools).
+const renewSQL = `
+WITH locked AS (
+    SELECT j.job_record_id
+    FROM etl_job_records j, unnest($1::uuid[], $2::uuid[]) AS c(job_record_id, lease_claim_id)
     WHERE j.job_record_id = c.job_record_id
       AND j.job_status = 'RUNNING'
       AND j.lease_claim_id = c.lease_claim_id
       AND j.lease_owner_id = $3
-      AND j.lease_expires_at > clock_timestamp()`
-
-const renewSQL = `
-WITH renewed AS (
+      AND j.lease_expires_at > clock_timestamp()
+    FOR UPDATE OF j SKIP LOCKED
+), renewed AS (
     UPDATE etl_job_records j
     SET lease_expires_at = GREATEST(j.lease_expires_at, clock_timestamp() + $4::bigint * interval '1 microsecond')
-` + exactLeases + `
-    RETURNING j.job_record_id, c.lease_claim_id, j.lease_expires_at
+    WHERE j.job_record_id = ANY(ARRAY(SELECT job_record_id FROM locked))
+      AND j.job_status = 'RUNNING'
+      AND j.lease_owner_id = $3
+      AND j.lease_expires_at > clock_timestamp()
+    RETURNING j.job_record_id, j.lease_claim_id, j.lease_expires_at
 ), requeued AS (
     UPDATE etl_job_claim_queue q
     SET claimable_at = GREATEST(q.claimable_at, clock_timestamp() + $4::bigint * interval '1 microsecond')
     WHERE q.job_record_id = ANY(ARRAY(SELECT job_record_id FROM renewed))
+), busy AS (
+    SELECT c.lease_claim_id
+    FROM etl_job_records j, unnest($1::uuid[], $2::uuid[]) AS c(job_record_id, lease_claim_id)
+    WHERE j.job_record_id = c.job_record_id
+      AND j.job_status = 'RUNNING'
+      AND j.lease_claim_id = c.lease_claim_id
+      AND j.lease_owner_id = $3
+      AND j.lease_expires_at > clock_timestamp()
 )
-SELECT lease_claim_id, lease_expires_at FROM renewed`
+SELECT lease_claim_id, lease_expires_at FROM renewed
+UNION ALL
+SELECT lease_claim_id, NULL FROM busy`
 
 // Renewal is the result for one presented claim.
 type Renewal struct {
 	Ref
 	// Renewed is false when the claim is lost (stale, expired, cancelled,
-	// finished or superseded).
+	// finished or superseded), or busy.
 	Renewed bool
+	// Busy: not renewed because another transaction held the job row
+	// locked, though the statement's snapshot still showed the exact live
+	// lease. Neither renewed nor lost: ask again.
+	Busy bool
 	// ExpiresAt is the new database expiry when Renewed.
 	ExpiresAt time.Time
 }
@@ -312,21 +349,27 @@ func Renew(ctx context.Context, db pg.DBTX, ownerID string, refs []Ref, duration
 	defer rows.Close()
 	// Keyed by claim id: a worker may present two claims of one job (an old,
 	// superseded one and the current one); only the matching claim renewed.
-	renewed := make(map[uuid.UUID]time.Time, len(refs))
+	renewed := make(map[uuid.UUID]*time.Time, len(refs))
 	for rows.Next() {
 		var claim uuid.UUID
-		var exp time.Time
+		var exp *time.Time
 		if err := rows.Scan(&claim, &exp); err != nil {
 			return nil, fmt.Errorf("renew leases: scan: %w", err)
 		}
-		renewed[claim] = exp
+		if exp != nil || renewed[claim] == nil {
+			renewed[claim] = exp
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("renew leases: %w", err)
 	}
 	for i := range out {
-		if exp, ok := renewed[out[i].ClaimID]; ok {
-			out[i].Renewed, out[i].ExpiresAt = true, exp
+		exp, ok := renewed[out[i].ClaimID]
+		switch {
+		case ok && exp != nil:
+			out[i].Renewed, out[i].ExpiresAt = true, *exp
+		case ok:
+			out[i].Busy = true
 		}
 	}
 	return out, nil

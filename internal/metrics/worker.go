@@ -26,7 +26,7 @@ const (
 const (
 	LostNotRenewed  = "not_renewed"  // a renewal matched zero rows
 	LostMarginGone  = "margin_gone"  // renewal kept failing until the safety margin ran out (fail closed)
-	LostRevoked     = "revoked"      // a NATS revocation arrived
+	LostRevoked     = "revoked"      // a NATS revocation arrived and the renewal it triggered found the lease gone
 	LostFencedWrite = "fenced_write" // a finish, retry or fail matched zero rows
 	LostSuperseded  = "superseded"   // this worker reclaimed the job after the older claim's lease expired
 )
@@ -48,6 +48,7 @@ type Worker struct {
 	ConfigInfo       *prometheus.GaugeVec
 	WakeupsReceived  prometheus.Counter
 	RevocationsHeard prometheus.Counter
+	JobTimeouts      prometheus.Counter
 }
 
 var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
@@ -122,6 +123,10 @@ func NewWorker(reg prometheus.Registerer) *Worker {
 			Name: "mightyetl_worker_revocations_received_total",
 			Help: "Lease revocations received over NATS (for any job, held here or not).",
 		}),
+		JobTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mightyetl_worker_job_timeouts_total",
+			Help: "Attempts that ran past MIGHTYETL_MAX_JOB_DURATION: the handler was cancelled and the job failed with etl_job_timeout.",
+		}),
 	}
 	for _, o := range []string{OutcomeClaimed, OutcomeSucceeded, OutcomeRetried, OutcomeFailed, OutcomeStale, OutcomeCancelled, OutcomeReleased} {
 		m.Outcomes.WithLabelValues(o)
@@ -134,6 +139,6 @@ func NewWorker(reg prometheus.Registerer) *Worker {
 	}
 	reg.MustRegister(m.Outcomes, m.ExecutionSeconds, m.PickupLatency, m.ClaimBatchSize, m.FinishBatchSize,
 		m.Renewals, m.RenewalLag, m.RenewalMargin, m.ClaimsLost, m.RunningJobs, m.CancelToStop,
-		m.ConfigRejections, m.ConfigInfo, m.WakeupsReceived, m.RevocationsHeard)
+		m.ConfigRejections, m.ConfigInfo, m.WakeupsReceived, m.RevocationsHeard, m.JobTimeouts)
 	return m
 }

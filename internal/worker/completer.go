@@ -16,80 +16,147 @@ import (
 type finishReq struct {
 	r     *running
 	out   Output
+	rows  int // len(out.Rows)
+	bytes int // the rows' text and JSON
 	reply chan error // nil: won and committed; lease.ErrLost: lost; other: nothing committed
 }
 
+func newFinishReq(r *running, out Output) *finishReq {
+	req := &finishReq{r: r, out: out, rows: len(out.Rows), reply: make(chan error, 1)}
+	for _, row := range out.Rows {
+		req.bytes += len(row.Data) + len(row.Normalized)
+	}
+	return req
+}
+
 // finishSuccess hands a successful result to the completers and waits for
-// its commit, through fencedWrite: a database error is retried while the
-// lease is ours; a lost lease is final. (The completer bounds the finish
-// transaction with its own timeout.)
+// its commit, through fencedWrite: a transient database error is retried
+// while the lease is ours, a deterministic one fails the job with
+// etl_target_failure, a lost lease is final. (The completer bounds the
+// finish transaction with StatementTimeout.)
 func (w *Worker) finishSuccess(r *running, out Output) string {
 	return w.fencedWrite(r, metrics.OutcomeSucceeded, func(context.Context) error {
-		req := &finishReq{r: r, out: out, reply: make(chan error, 1)}
+		req := newFinishReq(r, out)
 		w.finishQ <- req
 		return <-req.reply
 	})
 }
 
+// group is a finish group being formed: at most FinishBatch jobs,
+// FinishMaxRows target rows and FinishMaxBytes of them, except that a first
+// job over the row or byte bound forms a group alone.
+type group struct {
+	reqs        []*finishReq
+	rows, bytes int
+}
+
+func (g *group) full(c *Config) bool {
+	return len(g.reqs) >= c.FinishBatch || g.rows >= c.FinishMaxRows || g.bytes >= c.FinishMaxBytes
+}
+
+// add takes req if it fits (or the group is empty) and reports whether it did.
+func (g *group) add(c *Config, req *finishReq) bool {
+	if len(g.reqs) > 0 && (len(g.reqs) >= c.FinishBatch || g.rows+req.rows > c.FinishMaxRows || g.bytes+req.bytes > c.FinishMaxBytes) {
+		return false
+	}
+	g.reqs = append(g.reqs, req)
+	g.rows += req.rows
+	g.bytes += req.bytes
+	return true
+}
+
 // completer commits finished jobs in groups: whatever is queued when a
 // transaction starts, plus what arrives within FinishLinger of the first
-// result, up to FinishBatch, shares it.
+// result, up to the group bounds, shares it. A result that does not fit
+// starts the next group.
 func (w *Worker) completer() {
 	defer w.finishWG.Done()
-	batch := make([]*finishReq, 0, w.cfg.FinishBatch)
+	var carry *finishReq
+	g := &group{reqs: make([]*finishReq, 0, w.cfg.FinishBatch)}
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
 	for {
-		select {
-		case req := <-w.finishQ:
-			batch = append(batch[:0], req)
-		drain:
-			for len(batch) < w.cfg.FinishBatch {
-				select {
-				case more := <-w.finishQ:
-					batch = append(batch, more)
-				default:
+		first := carry
+		carry = nil
+		if first == nil {
+			select {
+			case first = <-w.finishQ:
+			case <-w.finishStop:
+				return
+			}
+		}
+		g.reqs, g.rows, g.bytes = g.reqs[:0], 0, 0
+		g.add(&w.cfg, first)
+	drain:
+		for !g.full(&w.cfg) {
+			select {
+			case more := <-w.finishQ:
+				if !g.add(&w.cfg, more) {
+					carry = more
 					break drain
 				}
+			default:
+				break drain
 			}
-			if len(batch) < w.cfg.FinishBatch && w.cfg.FinishLinger > 0 {
-				linger.Reset(w.cfg.FinishLinger)
-			wait:
-				for len(batch) < w.cfg.FinishBatch {
-					select {
-					case more := <-w.finishQ:
-						batch = append(batch, more)
-					case <-linger.C:
-						break wait
-					case <-w.finishStop:
+		}
+		if carry == nil && !g.full(&w.cfg) && w.cfg.FinishLinger > 0 {
+			linger.Reset(w.cfg.FinishLinger)
+		wait:
+			for !g.full(&w.cfg) {
+				select {
+				case more := <-w.finishQ:
+					if !g.add(&w.cfg, more) {
+						carry = more
 						break wait
 					}
+				case <-linger.C:
+					break wait
+				case <-w.finishStop:
+					break wait
 				}
-				linger.Stop()
 			}
-			w.commitGroup(batch)
-		case <-w.finishStop:
-			return
+			linger.Stop()
 		}
+		w.commitGroup(g.reqs, g.rows)
 	}
 }
 
 // commitGroup commits a group; if the group fails for a reason other than an
 // unavailable database, each job is tried alone so one bad job cannot block
 // the others.
-func (w *Worker) commitGroup(batch []*finishReq) {
+func (w *Worker) commitGroup(batch []*finishReq, rows int) {
+	if w.hooks.FinishGroup != nil {
+		w.hooks.FinishGroup(len(batch), rows)
+	}
+	w.setFinishing(batch, true)
 	err := w.commitFinish(batch)
 	if err != nil && len(batch) > 1 && !isTransientDB(err) {
 		for _, req := range batch {
-			req.reply <- w.commitFinish([]*finishReq{req})
+			one := []*finishReq{req}
+			if err := w.commitFinish(one); err != nil {
+				w.setFinishing(one, false)
+				req.reply <- err
+			}
 		}
 		return
 	}
-	for _, req := range batch {
-		if err != nil {
+	if err != nil {
+		w.setFinishing(batch, false)
+		for _, req := range batch {
 			req.reply <- err
 		}
 	}
+}
+
+// setFinishing marks the claims of batch as held by a completer, or no
+// longer (their finish failed and will be tried again): renewal skips them
+// while marked.
+func (w *Worker) setFinishing(batch []*finishReq, on bool) {
+	w.mu.Lock()
+	for _, req := range batch {
+		req.r.finishing = on
+	}
+	w.mu.Unlock()
 }
 
 // commitFinish is the finish transaction: fenced success for every job of
@@ -108,7 +175,7 @@ func (w *Worker) commitFinish(batch []*finishReq) error {
 	for i, req := range batch {
 		refs[i] = req.r.claim.Ref
 	}
-	ctx, cancel := context.WithTimeout(w.lifeCtx, max(w.cfg.RenewInterval, 5*time.Second))
+	ctx, cancel := context.WithTimeout(w.lifeCtx, w.cfg.StatementTimeout)
 	defer cancel()
 	var won map[uuid.UUID]bool // by claim id: two claims of one job may share a group
 	err := pg.WithTx(ctx, w.exec, func(tx pgx.Tx) error {
@@ -119,6 +186,9 @@ func (w *Worker) commitFinish(batch []*finishReq) error {
 		won = make(map[uuid.UUID]bool, len(winners))
 		for _, wn := range winners {
 			won[wn.ClaimID] = true
+		}
+		if w.hooks.InFinishTx != nil {
+			w.hooks.InFinishTx()
 		}
 		var rows []etl.TargetRow
 		for _, req := range batch {

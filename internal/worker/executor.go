@@ -11,9 +11,9 @@ import (
 	"github.com/mightyetl/mightyetl/internal/pg"
 )
 
-// writeAttempts bounds how often a fenced write that failed with a database
-// error (not zero rows) is tried again.
-const writeAttempts = 4
+// maxWriteBackoff caps the wait between tries of a fenced write that failed
+// with a transient database error.
+const maxWriteBackoff = time.Second
 
 // execute runs one claim to its outcome and frees its slot.
 func (w *Worker) execute(ctx context.Context, r *running) {
@@ -35,6 +35,13 @@ func (w *Worker) execute(ctx context.Context, r *running) {
 	switch {
 	case herr == nil:
 		outcome = w.finishSuccess(r, out)
+	case ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrJobTimeout):
+		// Past MaxJobDuration: whatever the handler returned on its way
+		// out, the attempt ends the job (rerunning it would take as long).
+		w.log.Warn("job ran past its maximum duration; the job fails", "job_kind", c.Kind)
+		outcome = w.fencedWrite(r, metrics.OutcomeFailed, func(ctx context.Context) error {
+			return lease.Fail(ctx, w.exec, c.Ref, CodeJobTimeout)
+		})
 	case ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrShutdown) && stoppedByCancel(herr):
 		outcome = w.fencedWrite(r, metrics.OutcomeReleased, func(ctx context.Context) error {
 			return lease.Release(ctx, w.exec, c.Ref)
@@ -104,42 +111,60 @@ func (w *Worker) finishFailure(r *running, herr error) string {
 	})
 }
 
-// fencedWrite runs one fenced statement. Zero rows (lease.ErrLost) is final:
-// the loss is classified and the write never repeated. A database error is
-// tried again a few times while the lease is still ours by the worker's own
-// conservative clock; then the claim is abandoned to expire (nothing was
-// written, so another worker redoes it).
+// fencedWrite runs one fenced statement until it lands or cannot:
+//   - zero rows (lease.ErrLost) is final: the loss is classified and the
+//     write never repeated;
+//   - a transient database error (a failover, a broken connection, a
+//     timeout) is tried again with backoff for as long as the lease is ours
+//     by the worker's conservative clock, which renewal keeps extending
+//     while the database answers it; when that time runs out, or the worker
+//     is torn down, the claim is abandoned to expire (nothing was written,
+//     so the next attempt redoes the job);
+//   - any other error is deterministic: trying again cannot help. A success
+//     the target refused (a constraint or trigger rejecting a row) fails the
+//     job at once with etl_target_failure, by a fenced write on this attempt;
+//     another write that fails so is abandoned to expire.
 func (w *Worker) fencedWrite(r *running, success string, write func(ctx context.Context) error) string {
-	var err error
-	for i := range writeAttempts {
-		ctx, cancel := context.WithTimeout(w.lifeCtx, w.cfg.RenewInterval)
-		err = write(ctx)
+	for i := 0; ; i++ {
+		ctx, cancel := context.WithTimeout(w.lifeCtx, w.cfg.StatementTimeout)
+		err := write(ctx)
 		cancel()
-		if err == nil {
+		switch {
+		case err == nil:
 			return success
-		}
-		if errors.Is(err, lease.ErrLost) {
+		case errors.Is(err, lease.ErrLost):
 			w.markLost(r, metrics.LostFencedWrite, ErrLeaseLost)
 			return w.classifyLost(r)
+		case w.lifeCtx.Err() != nil:
+			return ""
+		case !isTransientDB(err):
+			if success == metrics.OutcomeSucceeded {
+				w.log.Warn("the target refused the job's rows; the job fails", "error_class", errorClass(err))
+				return w.fencedWrite(r, metrics.OutcomeFailed, func(ctx context.Context) error {
+					return lease.Fail(ctx, w.exec, r.claim.Ref, CodeTargetFailure)
+				})
+			}
+			w.log.Warn("fenced write failed; the claim is abandoned to expire", "error_class", errorClass(err))
+			return ""
 		}
 		if w.hooks.WriteFailed != nil {
 			w.hooks.WriteFailed()
 		}
-		if !w.sleepWithinLease(r, time.Duration(50<<i)*time.Millisecond) {
-			break
+		if !w.sleepWithinLease(r, min(time.Duration(50<<min(i, 5))*time.Millisecond, maxWriteBackoff)) {
+			w.log.Warn("fenced write failed until the lease ran out; the claim is abandoned to expire", "error_class", errorClass(err))
+			return ""
 		}
 	}
-	w.log.Warn("fenced write failed; the claim is abandoned to expire", "error_class", errorClass(err))
-	return ""
 }
 
 // sleepWithinLease waits d unless that would pass the claim's conservative
-// deadline or the worker is being torn down; it reports whether it waited.
+// deadline minus the renewer's guard, the claim is lost, or the worker is
+// being torn down; it reports whether it waited.
 func (w *Worker) sleepWithinLease(r *running, d time.Duration) bool {
 	w.mu.Lock()
-	deadline := r.localDeadline
+	deadline, lost := r.localDeadline, r.lost
 	w.mu.Unlock()
-	if time.Until(deadline) < d+time.Second {
+	if lost || time.Until(deadline) < d+w.guard() {
 		return false
 	}
 	t := time.NewTimer(d)

@@ -11,6 +11,8 @@ const (
 	CodeTargetFailure     = "etl_target_failure"
 	CodeIntegrityFailure  = "etl_job_integrity_failure"
 	CodeInternalError     = "etl_internal_error"
+	// CodeJobTimeout: the attempt ran past MIGHTYETL_MAX_JOB_DURATION.
+	CodeJobTimeout = "etl_job_timeout"
 )
 
 // Typed causes a handler's context is cancelled with; read them with
@@ -19,10 +21,14 @@ var (
 	// ErrLeaseLost: a renewal or fenced write matched zero rows, or renewal
 	// could not confirm the lease before the safety margin ran out.
 	ErrLeaseLost = errors.New("lease lost")
-	// ErrRevoked: a revocation for this job arrived (the job was cancelled).
+	// ErrRevoked: a revocation for this job arrived and the renewal it
+	// triggered found the lease gone (the job was cancelled, most often).
 	ErrRevoked = errors.New("lease revoked")
 	// ErrShutdown: the worker is stopping and the grace period ended.
 	ErrShutdown = errors.New("worker shutting down")
+	// ErrJobTimeout: the attempt ran past MaxJobDuration; the job fails
+	// with etl_job_timeout.
+	ErrJobTimeout = errors.New("job ran past its maximum duration")
 )
 
 // Error is a handler failure with a stable code. Transient failures are

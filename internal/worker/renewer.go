@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/mightyetl/mightyetl/internal/lease"
@@ -20,6 +21,8 @@ func (w *Worker) renewer() {
 		select {
 		case <-w.renewStop:
 			return
+		case <-w.recheckKick:
+			w.recheckRevoked()
 		case now := <-t.C:
 			if lag := now.Sub(scheduled); lag > 0 {
 				w.m.RenewalLag.Observe(lag.Seconds())
@@ -56,7 +59,17 @@ func (w *Worker) RenewOnce() {
 		minMargin = min(minMargin, time.Until(r.localDeadline))
 	}
 	w.m.RenewalMargin.Observe(max(minMargin, 0).Seconds())
+	w.renewClaims(pending, true)
+}
 
+// renewClaims renews pending in one statement and records the results. A
+// claim the database did not renew is lost; a claim whose row another
+// transaction held locked (busy) is tried again shortly. With retry (a
+// scheduled round), a database error is retried with backoff while some
+// claim still has time. Without (a revocation's check), one statement is
+// all: a claim it finds gone is lost as revoked (ErrRevoked), and anything
+// it could not decide is left to the next scheduled round.
+func (w *Worker) renewClaims(pending []*running, retry bool) {
 	for attempt := 0; len(pending) > 0; attempt++ {
 		// Fail closed: claims without time left are lost, not renewed.
 		pending = w.dropExpired(pending)
@@ -76,15 +89,35 @@ func (w *Worker) RenewOnce() {
 		sent := time.Now()
 		res, err := lease.Renew(ctx, w.renew, w.cfg.OwnerID, refs, w.cfg.LeaseDuration)
 		cancel()
+		var wait time.Duration
 		if err == nil {
-			w.applyRenewals(pending, res, sent)
-			return
+			pending = w.applyRenewals(pending, res, sent, !retry)
+			if len(pending) == 0 || !retry {
+				return
+			}
+			// Busy rows: another transaction (a cancellation, a claim
+			// looking at an expiring lease) held them for a moment. Those
+			// that can wait for the next round do; the rest are tried
+			// again shortly, never past their deadline (dropExpired).
+			pending = slices.DeleteFunc(pending, func(r *running) bool {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				return time.Until(r.localDeadline) > 2*w.cfg.RenewInterval+w.guard()
+			})
+			if len(pending) == 0 {
+				return
+			}
+			wait = min(50*time.Millisecond, w.cfg.RenewInterval/4)
+		} else {
+			w.m.Renewals.WithLabelValues(metrics.RenewalDBError).Add(float64(len(pending)))
+			if !retry {
+				return
+			}
+			if attempt == 0 {
+				w.log.Warn("lease renewal failed; retrying within the safety margin", "error_class", errorClass(err), "claims", len(pending))
+			}
+			wait = min(time.Duration(100<<min(attempt, 5))*time.Millisecond, w.cfg.RenewInterval/4)
 		}
-		w.m.Renewals.WithLabelValues(metrics.RenewalDBError).Add(float64(len(pending)))
-		if attempt == 0 {
-			w.log.Warn("lease renewal failed; retrying within the safety margin", "error_class", errorClass(err), "claims", len(pending))
-		}
-		wait := min(time.Duration(100<<min(attempt, 5))*time.Millisecond, w.cfg.RenewInterval/4)
 		select {
 		case <-time.After(wait):
 		case <-w.renewStop:
@@ -94,13 +127,35 @@ func (w *Worker) RenewOnce() {
 	}
 }
 
+// recheckRevoked renews, at once and once, the claims revocations named:
+// a lease the database still holds is renewed and its handler goes on; one
+// it no longer holds is lost, its handler cancelled with ErrRevoked.
+func (w *Worker) recheckRevoked() {
+	w.mu.Lock()
+	pending := make([]*running, 0, len(w.recheck))
+	for r := range w.recheck {
+		delete(w.recheck, r)
+		if w.renewsLocked(r) {
+			pending = append(pending, r)
+		}
+	}
+	w.mu.Unlock()
+	w.renewClaims(pending, false)
+}
+
+// renewsLocked reports whether renewal covers r (w.mu held): it is live,
+// not lost, not in a completer's hands and not timed out.
+func (w *Worker) renewsLocked(r *running) bool {
+	return w.live[r.claim.ClaimID] == r && !r.lost && !r.finishing && !r.timedOut
+}
+
 // renewable snapshots the claims renewal still covers.
 func (w *Worker) renewable() []*running {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	out := make([]*running, 0, len(w.live))
 	for _, r := range w.live {
-		if !r.lost {
+		if w.renewsLocked(r) {
 			out = append(out, r)
 		}
 	}
@@ -114,7 +169,7 @@ func (w *Worker) dropExpired(rs []*running) []*running {
 	for _, r := range rs {
 		w.mu.Lock()
 		gone := time.Until(r.localDeadline) <= w.guard()
-		held := w.live[r.claim.ClaimID] == r && !r.lost
+		held := w.renewsLocked(r)
 		w.mu.Unlock()
 		switch {
 		case !held:
@@ -127,24 +182,33 @@ func (w *Worker) dropExpired(rs []*running) []*running {
 	return keep
 }
 
-// applyRenewals records one statement's results.
-func (w *Worker) applyRenewals(rs []*running, res []lease.Renewal, sent time.Time) {
+// applyRenewals records one statement's results and returns the claims
+// that were busy (not renewed this time, still held by the database).
+// A claim handed to a completer meanwhile is left alone: its finish decides,
+// and a lease that the finish ended is not stale.
+func (w *Worker) applyRenewals(rs []*running, res []lease.Renewal, sent time.Time, revoked bool) []*running {
+	var busy []*running
 	for i, r := range rs {
 		w.mu.Lock()
-		held := w.live[r.claim.ClaimID] == r && !r.lost
+		held := w.renewsLocked(r)
 		if held && res[i].Renewed {
 			r.localDeadline = sent.Add(w.cfg.LeaseDuration)
 		}
 		w.mu.Unlock()
-		if !held {
-			// Finished or released meanwhile: renewal no longer concerns it.
-			continue
-		}
-		if res[i].Renewed {
+		switch {
+		case !held:
+			// Finished, released or finishing meanwhile: renewal no longer concerns it.
+		case res[i].Renewed:
 			w.m.Renewals.WithLabelValues(metrics.RenewalRenewed).Inc()
-			continue
+		case res[i].Busy:
+			busy = append(busy, r)
+		case revoked:
+			// Counted as a loss by revocation, not as a stale renewal.
+			w.markLost(r, metrics.LostRevoked, ErrRevoked)
+		default:
+			w.m.Renewals.WithLabelValues(metrics.RenewalStale).Inc()
+			w.markLost(r, metrics.LostNotRenewed, ErrLeaseLost)
 		}
-		w.m.Renewals.WithLabelValues(metrics.RenewalStale).Inc()
-		w.markLost(r, metrics.LostNotRenewed, ErrLeaseLost)
 	}
+	return busy
 }

@@ -52,6 +52,19 @@ type Config struct {
 	FinishLinger time.Duration
 	// MaxBatchRecords bounds records per job when transforming (default 100000).
 	MaxBatchRecords int
+	// FinishMaxRows and FinishMaxBytes bound one finish group by the target
+	// rows it writes and their size, besides FinishBatch jobs (defaults
+	// 20,000 rows and 16 MiB): one large job commits alone instead of making
+	// a group of small ones time out. A job over the bounds commits alone.
+	FinishMaxRows, FinishMaxBytes int
+	// StatementTimeout bounds every claim, finish and fenced write (default
+	// max(RenewInterval, 5s)); a slower statement is cancelled and counts as
+	// a transient database error. Renewal is bounded by its own schedule.
+	StatementTimeout time.Duration
+	// MaxJobDuration bounds one attempt of a job (default 6h): past it the
+	// handler is cancelled with ErrJobTimeout, renewal of the claim stops,
+	// and the job ends FAILED etl_job_timeout.
+	MaxJobDuration time.Duration
 }
 
 // maxLive bounds the claims a worker holds at once: Concurrency running
@@ -94,6 +107,14 @@ func (c *Config) defaults() {
 	if c.MaxBatchRecords == 0 {
 		c.MaxBatchRecords = 100000
 	}
+	if c.FinishMaxRows == 0 {
+		c.FinishMaxRows = 20000
+	}
+	if c.FinishMaxBytes == 0 {
+		c.FinishMaxBytes = 16 << 20
+	}
+	def(&c.StatementTimeout, max(c.RenewInterval, 5*time.Second))
+	def(&c.MaxJobDuration, 6*time.Hour)
 	if c.OwnerID == "" {
 		c.OwnerID = "worker-" + uuid.NewString()
 	}
@@ -112,6 +133,10 @@ type Worker struct {
 	wake     chan struct{}
 	slotFree chan struct{}
 	finishQ  chan *finishReq
+	// recheck holds the claims a revocation asked the renewer to confirm
+	// with the database; recheckKick wakes the renewer for them.
+	recheck     map[*running]struct{}
+	recheckKick chan struct{}
 
 	mu      sync.Mutex
 	live    map[uuid.UUID]*running // claims held now, by claim id
@@ -156,6 +181,12 @@ type Hooks struct {
 	// WriteFailed runs when a finish or fenced write failed with a database
 	// error (not a lost lease), before it is tried again.
 	WriteFailed func()
+	// FinishGroup runs in a completer before each finish transaction with
+	// the group's jobs and target rows.
+	FinishGroup func(jobs, rows int)
+	// InFinishTx runs inside each finish transaction after the fenced
+	// success locked the won job rows, before the target rows are written.
+	InFinishTx func()
 }
 
 // running is one held claim.
@@ -170,6 +201,16 @@ type running struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	lost   bool // renewal stopped for this claim
+	// finishing is true while a completer holds the claim's success (in a
+	// group or its transaction, which locks the job row): renewal leaves it
+	// alone, so it never waits on the worker's own finish, and a lease the
+	// finish ended is not counted stale. Cleared when the finish failed.
+	finishing bool
+	// timedOut is true once the attempt passed MaxJobDuration: renewal
+	// stops, and the job is failed with etl_job_timeout.
+	timedOut bool
+	// timer fires at MaxJobDuration.
+	timer *time.Timer
 	// slotHeld is true while the handler runs: the claim holds one of the
 	// Concurrency execution slots. The slot is freed as soon as the handler
 	// returns; the claim stays live (and renewed) until its outcome commits.
@@ -191,6 +232,8 @@ func New(cfg Config, exec, renew *pgxpool.Pool, handlers map[string]Handler, m *
 		wake:       make(chan struct{}, 1),
 		slotFree:   make(chan struct{}, 1),
 		finishQ:    make(chan *finishReq, cfg.Concurrency),
+		recheck:     make(map[*running]struct{}),
+		recheckKick: make(chan struct{}, 1),
 		runQ:       make(chan *running, cfg.maxLive()),
 		live:       make(map[uuid.UUID]*running),
 		byJob:      make(map[uuid.UUID]*running),
@@ -239,16 +282,24 @@ func (w *Worker) Wake() {
 	}
 }
 
-// Revoke cancels the handler of jobID at once with ErrRevoked if this worker
-// holds it; otherwise it does nothing. Revocations are advisory: the
-// database decides, and the handler's finish stays fenced either way.
+// Revoke asks the renewer to renew jobID's claim at once, if this worker
+// holds one; otherwise it does nothing. A revocation is only a hint (design
+// invariant 10): the handler is cancelled with ErrRevoked only when that
+// renewal finds the lease gone in the database (the job was cancelled,
+// finished or reclaimed). A lease still held is simply renewed. Never blocks.
 func (w *Worker) Revoke(jobID uuid.UUID) {
 	w.m.RevocationsHeard.Inc()
 	w.mu.Lock()
 	r, ok := w.byJob[jobID]
+	if ok {
+		w.recheck[r] = struct{}{}
+	}
 	w.mu.Unlock()
 	if ok {
-		w.markLost(r, metrics.LostRevoked, ErrRevoked)
+		select {
+		case w.recheckKick <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -356,9 +407,11 @@ func (w *Worker) runOnce(ctx context.Context) {
 			return
 		}
 		sent := time.Now()
-		res, err := lease.ClaimJobs(ctx, w.exec, lease.ClaimParams{
+		cctx, cancel := context.WithTimeout(ctx, w.cfg.StatementTimeout)
+		res, err := lease.ClaimJobs(cctx, w.exec, lease.ClaimParams{
 			OwnerID: w.cfg.OwnerID, Limit: free, LeaseDuration: w.cfg.LeaseDuration,
 		})
+		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
 				w.log.Warn("claim failed; will retry at the next poll or wake-up", "error_class", errorClass(err))
@@ -390,6 +443,7 @@ func (w *Worker) launch(c lease.Claim, sent time.Time) {
 	w.m.PickupLatency.Observe(c.PickupDelay.Seconds())
 	ctx, cancel := context.WithCancelCause(w.lifeCtx)
 	r := &running{claim: c, localDeadline: sent.Add(w.cfg.LeaseDuration), cancel: cancel, started: time.Now()}
+	r.timer = time.AfterFunc(w.cfg.MaxJobDuration, func() { w.timeOut(r) })
 	w.mu.Lock()
 	// The database let this worker claim a job it still runs under an
 	// older claim: that claim's lease expired, so its handler is stale.
@@ -441,9 +495,11 @@ func (w *Worker) freeSlot(r *running) {
 // done forgets a claim whose outcome is settled (and frees its slot if the
 // handler's return did not already).
 func (w *Worker) done(r *running) {
+	r.timer.Stop()
 	r.cancel(context.Canceled)
 	w.freeSlot(r)
 	w.mu.Lock()
+	delete(w.recheck, r)
 	removed := false
 	if w.live[r.claim.ClaimID] == r {
 		delete(w.live, r.claim.ClaimID)
@@ -474,6 +530,22 @@ func (w *Worker) markLost(r *running, reason string, cause error) {
 		w.m.ClaimsLost.WithLabelValues(reason).Inc()
 	}
 	r.cancel(cause)
+}
+
+// timeOut ends an attempt that ran past MaxJobDuration: renewal of its claim
+// stops, and a handler still running is cancelled with ErrJobTimeout (the
+// executor then fails the job with etl_job_timeout while the lease holds).
+func (w *Worker) timeOut(r *running) {
+	w.mu.Lock()
+	running := r.slotHeld && w.live[r.claim.ClaimID] == r
+	if running {
+		r.timedOut = true
+	}
+	w.mu.Unlock()
+	if running {
+		w.m.JobTimeouts.Inc()
+		r.cancel(ErrJobTimeout)
+	}
 }
 
 // backoff is full-jitter exponential: uniform in [0, min(max, base·2^(attempt-1))].

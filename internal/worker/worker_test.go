@@ -455,22 +455,51 @@ func TestLongJobRenewsAndStaysSinglyOwned(t *testing.T) {
 	}
 }
 
-func TestRevokeCancelsHandlerWithTypedCause(t *testing.T) {
+// A revocation is only a hint (design invariant 10, issue 12 defect 6): it
+// makes the worker renew that claim at once, and the handler stops only if
+// the database says the lease is gone, with the typed cause ErrRevoked. A
+// revocation for a lease the database still holds renews it and the handler
+// goes on.
+func TestRevocationStopsTheHandlerOnlyWhenTheDatabaseSaysSo(t *testing.T) {
 	pool, url := pgtest.NewDatabase(t)
-	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(time.Hour, "", 0)})
-	h := newWorker(t, url, fastConfig(), worker.Hooks{})
+	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: `{}`})
+	causes := make(chan error, 1)
+	handlers := map[string]worker.Handler{
+		pg.KindDiagnostic: func(hctx context.Context, _ *lease.Claim) (worker.Output, error) {
+			<-hctx.Done()
+			causes <- context.Cause(hctx)
+			return worker.Output{}, context.Cause(hctx)
+		},
+	}
+	h := newWorkerWith(t, url, fastConfig(), worker.Hooks{}, harnessOptions{handlers: handlers})
 	h.start(t)
 	testwait.For(t, 30*time.Second, "running", func() bool { return h.w.Running() == 1 })
+	renewed := func() float64 { return testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalRenewed)) }
+
 	h.w.Revoke(uuid.New()) // not ours: nothing happens
+	h.w.Revoke(ids[0])     // ours, and the lease holds: renewed, not stopped
+	testwait.For(t, 30*time.Second, "the revocation's renewal", func() bool { return renewed() == 1 })
 	if h.w.Running() != 1 {
-		t.Fatal("foreign revocation stopped a job")
+		t.Fatal("a revocation of a lease the database still holds stopped the handler")
 	}
+	if v := testutil.ToFloat64(h.m.ClaimsLost.WithLabelValues(metrics.LostRevoked)); v != 0 {
+		t.Fatalf("lost(revoked) %v for a live lease", v)
+	}
+	if st, _, _ := jobState(t, pool, ids[0]); st != pg.StatusRunning {
+		t.Fatalf("job %s, want still RUNNING", st)
+	}
+
+	cancelJob(t, pool, ids[0]) // the database ends the lease
 	h.w.Revoke(ids[0])
-	// Nobody cancelled in the database, so the loss is counted stale and the job stays RUNNING.
-	// Running drops when the handler returns; the outcome is counted once
-	// the loss is classified.
-	testwait.For(t, 30*time.Second, "handler stopped", func() bool { return h.w.Running() == 0 })
-	testwait.For(t, 30*time.Second, "loss counted stale", func() bool { return h.outcome(metrics.OutcomeStale) == 1 })
+	select {
+	case cause := <-causes:
+		if !errors.Is(cause, worker.ErrRevoked) {
+			t.Fatalf("handler cause %v, want ErrRevoked", cause)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("handler not stopped after the database cancelled the job")
+	}
+	testwait.For(t, 30*time.Second, "loss counted cancelled", func() bool { return h.outcome(metrics.OutcomeCancelled) == 1 })
 	if v := testutil.ToFloat64(h.m.ClaimsLost.WithLabelValues(metrics.LostRevoked)); v != 1 {
 		t.Fatalf("lost(revoked) %v", v)
 	}
