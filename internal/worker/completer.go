@@ -16,8 +16,8 @@ import (
 type finishReq struct {
 	r     *running
 	out   Output
-	rows  int // len(out.Rows)
-	bytes int // the rows' text and JSON
+	rows  int        // len(out.Rows)
+	bytes int        // the rows' text and JSON
 	reply chan error // nil: won and committed; lease.ErrLost: lost; other: nothing committed
 }
 

@@ -229,18 +229,18 @@ func New(cfg Config, exec, renew *pgxpool.Pool, handlers map[string]Handler, m *
 	}
 	return &Worker{
 		cfg: cfg, exec: exec, renew: renew, handlers: handlers, m: m, log: log,
-		wake:       make(chan struct{}, 1),
-		slotFree:   make(chan struct{}, 1),
-		finishQ:    make(chan *finishReq, cfg.Concurrency),
+		wake:        make(chan struct{}, 1),
+		slotFree:    make(chan struct{}, 1),
+		finishQ:     make(chan *finishReq, cfg.Concurrency),
 		recheck:     make(map[*running]struct{}),
 		recheckKick: make(chan struct{}, 1),
-		runQ:       make(chan *running, cfg.maxLive()),
-		live:       make(map[uuid.UUID]*running),
-		byJob:      make(map[uuid.UUID]*running),
-		stopClaim:  make(chan struct{}),
-		renewStop:  make(chan struct{}),
-		finishStop: make(chan struct{}),
-		stopDone:   make(chan struct{}),
+		runQ:        make(chan *running, cfg.maxLive()),
+		live:        make(map[uuid.UUID]*running),
+		byJob:       make(map[uuid.UUID]*running),
+		stopClaim:   make(chan struct{}),
+		renewStop:   make(chan struct{}),
+		finishStop:  make(chan struct{}),
+		stopDone:    make(chan struct{}),
 	}
 }
 
