@@ -45,7 +45,7 @@ func TestPrecedenceAndProvenance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.Concurrency != 12 || w.LeaseDuration != 45*time.Second || w.RenewInterval != 10*time.Second {
+	if w.Concurrency != 12 || w.LeaseDuration != 45*time.Second || w.RenewInterval != 10*time.Second || w.MaxJobDuration != 6*time.Hour {
 		t.Fatalf("got %+v", w)
 	}
 	src := map[string]Setting{}
@@ -83,9 +83,13 @@ func TestBadValuesNameTheSettingAndRange(t *testing.T) {
 		"MIGHTYETL_MAX_ATTEMPTS":       {"MIGHTYETL_MAX_ATTEMPTS": "101"},
 		"MIGHTYETL_WORKER_ID":          {"MIGHTYETL_WORKER_ID": "bad id!"},
 		"MIGHTYETL_WORKER_CONCURRENCY": {"MIGHTYETL_WORKER_CONCURRENCY": "0"},
+		"MIGHTYETL_MAX_JOB_DURATION":   {"MIGHTYETL_MAX_JOB_DURATION": "500ms"},
+		"MIGHTYETL_MAX_JOB_DURATION ":  {"MIGHTYETL_MAX_JOB_DURATION": "169h"},
+		"MIGHTYETL_MAX_JOB_DURATION  ": {"MIGHTYETL_MAX_JOB_DURATION": "six hours"},
 	}
 	for name, e := range cases {
 		_, _, err := LoadWorker(nil, env(e))
+		name = strings.TrimSpace(name)
 		if err == nil || !strings.HasPrefix(err.Error(), name+":") || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%s: got %v", name, err)
 		}

@@ -30,6 +30,7 @@ type Worker struct {
 	ShutdownGrace   time.Duration // MIGHTYETL_SHUTDOWN_GRACE_PERIOD, default 30s
 	MetricsAddr     string        // MIGHTYETL_METRICS_ADDR, default 127.0.0.1:9091
 	MaxBatchRecords int           // MIGHTYETL_MAX_BATCH_RECORDS, default 1000 (1..100000)
+	MaxJobDuration  time.Duration // MIGHTYETL_MAX_JOB_DURATION, default 6h (1s..7d)
 	NATS            NATS          // NATS_URL and friends; empty URL: polling only
 }
 
@@ -66,6 +67,7 @@ func RegisterWorker(l *Loader, dst *Worker) {
 	l.Duration(&dst.ShutdownGrace, "MIGHTYETL_SHUTDOWN_GRACE_PERIOD", "shutdown-grace", 30*time.Second, 0, time.Hour, "wait for running jobs on shutdown")
 	l.String(&dst.MetricsAddr, "MIGHTYETL_METRICS_ADDR", "metrics-addr", "127.0.0.1:9091", "metrics and health listen address", nonEmpty)
 	l.Int(&dst.MaxBatchRecords, "MIGHTYETL_MAX_BATCH_RECORDS", "max-batch-records", 1000, 1, 100000, "records per job")
+	l.Duration(&dst.MaxJobDuration, "MIGHTYETL_MAX_JOB_DURATION", "max-job-duration", 6*time.Hour, time.Second, 7*24*time.Hour, "longest one attempt of a job may run; past it the job fails etl_job_timeout")
 	RegisterNATS(l, &dst.NATS)
 }
 

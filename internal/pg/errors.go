@@ -17,7 +17,8 @@ var ErrNotFound = errors.New("not found")
 
 // IsTransient reports whether err is worth retrying: the database was
 // unreachable, the connection broke, the server is shutting down or out of
-// resources, or the statement lost a serialization or deadlock race.
+// resources, the statement lost a serialization or deadlock race, or it ran
+// past its statement or lock timeout.
 // Constraint violations, syntax errors and context cancellation are not
 // transient.
 func IsTransient(err error) bool {
@@ -33,6 +34,8 @@ func IsTransient(err error) bool {
 		case pgErr.Code == "40001", pgErr.Code == "40P01": // serialization_failure, deadlock_detected
 			return true
 		case pgErr.Code == "57014": // query_canceled (statement_timeout)
+			return true
+		case pgErr.Code == "55P03": // lock_not_available (lock_timeout)
 			return true
 		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
 			strings.HasPrefix(pgErr.Code, "53"),  // insufficient resources

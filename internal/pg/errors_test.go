@@ -35,6 +35,7 @@ func TestIsTransient(t *testing.T) {
 		{"53300 too_many_connections", pgError("53300", ""), true},
 		{"53100 disk_full", pgError("53100", ""), true},
 		{"57014 query_canceled", pgError("57014", ""), true},
+		{"55P03 lock_not_available", pgError("55P03", ""), true},
 		{"wrapped 40001", fmt.Errorf("finish: %w", pgError("40001", "")), true},
 		{"wrapped ErrConnClosed", fmt.Errorf("finish: %w", pgconn.ErrConnClosed), true},
 		{"text that merely mentions conn closed", errors.New("user data: conn closed"), false},

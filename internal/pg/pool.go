@@ -20,6 +20,13 @@ type PoolOptions struct {
 	ApplicationName string
 	// StatementTimeout bounds every statement on the pool's connections; zero means no bound.
 	StatementTimeout time.Duration
+	// LockTimeout bounds every wait for a lock (lock_timeout, SQLSTATE
+	// 55P03 when it fires); zero means no bound.
+	LockTimeout time.Duration
+	// IdleInTransactionTimeout ends a session whose transaction sits idle
+	// longer (a client that vanished mid-transaction keeps no locks past
+	// it); zero means no bound.
+	IdleInTransactionTimeout time.Duration
 	// CustomPlans makes PostgreSQL plan every prepared statement for its
 	// actual parameters (plan_cache_mode = force_custom_plan). The batched
 	// lease statements take arrays whose length a generic plan cannot know;
@@ -47,8 +54,15 @@ func NewPool(ctx context.Context, url string, opts PoolOptions) (*pgxpool.Pool, 
 	if opts.CustomPlans {
 		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	}
+	ms := func(d time.Duration) string { return fmt.Sprint(max(d.Milliseconds(), 1)) }
 	if opts.StatementTimeout > 0 {
-		cfg.ConnConfig.RuntimeParams["statement_timeout"] = fmt.Sprint(opts.StatementTimeout.Milliseconds())
+		cfg.ConnConfig.RuntimeParams["statement_timeout"] = ms(opts.StatementTimeout)
+	}
+	if opts.LockTimeout > 0 {
+		cfg.ConnConfig.RuntimeParams["lock_timeout"] = ms(opts.LockTimeout)
+	}
+	if opts.IdleInTransactionTimeout > 0 {
+		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = ms(opts.IdleInTransactionTimeout)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

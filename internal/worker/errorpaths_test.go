@@ -1,9 +1,19 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
+	"github.com/mightyetl/mightyetl/internal/lease"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
@@ -101,4 +111,186 @@ CREATE TRIGGER flaky_target BEFORE INSERT ON processed_data
 	if n := count(t, pool, `SELECT last_value::int FROM flaky_target_calls`); n < 9 {
 		t.Fatalf("the target was called %d times, want the 8 refusals and the success", n)
 	}
+}
+
+// Renewal never waits on the worker's own finish transaction, and a claim
+// that finish ends is not counted stale (issue 12, defect 4). The finish of
+// one job is held open inside its transaction (its job row locked) while a
+// renewal round runs for the other, still running, job.
+func TestRenewalNeverWaitsOnTheWorkersOwnFinish(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	ids := insert(t, pool, jobSpec{payload: records(2, "finishing")},
+		jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(time.Hour, "", 0)})
+	inTx, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(inTx) }); closeOnce(release) })
+	cfg := fastConfig()
+	cfg.Concurrency = 2
+	// Long enough that nothing expires, renews or times out by itself while
+	// the finish is held: only the explicit round below renews.
+	cfg.LeaseDuration, cfg.RenewInterval, cfg.StatementTimeout = 3*time.Minute, time.Minute, 3*time.Minute
+	h := newWorker(t, url, cfg, worker.Hooks{InFinishTx: func() {
+		first := false
+		once.Do(func() { first = true; close(inTx) })
+		if first {
+			<-release
+		}
+	}})
+	h.start(t)
+	select {
+	case <-inTx:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the finish did not start")
+	}
+	testwait.For(t, 30*time.Second, "the long job running", func() bool { return h.w.Running() == 1 })
+	expiry := func(id uuid.UUID) (e time.Time) {
+		if err := pool.QueryRow(ctx, `SELECT lease_expires_at FROM etl_job_records WHERE job_record_id = $1`, id).Scan(&e); err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	before := expiry(ids[1])
+	done := make(chan struct{})
+	go func() { h.w.RenewOnce(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the renewal round waited on the worker's own finish transaction")
+	}
+	if after := expiry(ids[1]); !after.After(before) {
+		t.Fatalf("running job's lease %v not extended past %v", after, before)
+	}
+	closeOnce(release)
+	testwait.For(t, 30*time.Second, "the held finish committed", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 1 })
+	h.w.RenewOnce() // the finished claim is gone from the live set: not stale
+	if v := testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalStale)); v != 0 {
+		t.Fatalf("stale renewals %v", v)
+	}
+	if v := h.outcome(metrics.OutcomeStale); v != 0 {
+		t.Fatalf("stale outcomes %v", v)
+	}
+	if st, attempts, _ := jobState(t, pool, ids[0]); st != pg.StatusSucceeded || attempts != 1 {
+		t.Fatalf("finished job %s attempt %d", st, attempts)
+	}
+}
+
+var closeMu sync.Mutex
+
+func closeOnce(c chan struct{}) {
+	closeMu.Lock()
+	defer closeMu.Unlock()
+	select {
+	case <-c:
+	default:
+		close(c)
+	}
+}
+
+// A finish group is bounded by target rows, not only by jobs: a large job
+// commits alone rather than making a group of small ones slow (issue 12,
+// defect 7).
+func TestFinishGroupsAreBoundedByRows(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	specs := []jobSpec{{payload: records(30, "large")}}
+	for i := range 7 {
+		specs = append(specs, jobSpec{payload: records(4, fmt.Sprint("small", i))})
+	}
+	insert(t, pool, specs...)
+	type grp struct{ jobs, rows int }
+	var mu sync.Mutex
+	var groups []grp
+	cfg := fastConfig()
+	cfg.FinishMaxRows = 10
+	cfg.FinishLinger = 100 * time.Millisecond // give every result a chance to share a group
+	h := newWorker(t, url, cfg, worker.Hooks{FinishGroup: func(jobs, rows int) {
+		mu.Lock()
+		groups = append(groups, grp{jobs, rows})
+		mu.Unlock()
+	}})
+	h.start(t)
+	testwait.For(t, 60*time.Second, "every job succeeded", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 8 })
+	mu.Lock()
+	defer mu.Unlock()
+	jobs := 0
+	for _, g := range groups {
+		jobs += g.jobs
+		if g.jobs > 1 && g.rows > cfg.FinishMaxRows {
+			t.Fatalf("a group of %d jobs wrote %d rows, over the bound %d", g.jobs, g.rows, cfg.FinishMaxRows)
+		}
+		if g.rows >= 30 && g.jobs != 1 {
+			t.Fatalf("the large job shared a group of %d", g.jobs)
+		}
+	}
+	if jobs != 8 {
+		t.Fatalf("groups committed %d jobs, want 8 (groups %v)", jobs, groups)
+	}
+}
+
+// Every claim statement is bounded by StatementTimeout (issue 12, defect 7):
+// a claim stuck behind a lock ends with a timeout and is tried again,
+// instead of holding the producer forever.
+func TestClaimIsBoundedByTheStatementTimeout(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `LOCK TABLE etl_job_claim_queue IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	var bufMu sync.Mutex
+	logs := &lockedWriter{w: &buf, mu: &bufMu}
+	logText := func() string { bufMu.Lock(); defer bufMu.Unlock(); return buf.String() }
+	cfg := fastConfig()
+	cfg.StatementTimeout = 200 * time.Millisecond
+	h := newWorkerWith(t, url, cfg, worker.Hooks{}, harnessOptions{log: slog.New(slog.NewJSONHandler(logs, nil))})
+	h.start(t)
+	testwait.For(t, 30*time.Second, "a claim ended by its timeout", func() bool {
+		return strings.Contains(logText(), `"error_class":"timeout"`)
+	})
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	insert(t, pool, jobSpec{payload: records(1, "after")})
+	testwait.For(t, 30*time.Second, "the job after the lock succeeded", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 1 })
+}
+
+// An attempt that runs past MaxJobDuration is cancelled with ErrJobTimeout,
+// no longer renewed, and the job ends FAILED etl_job_timeout on that
+// attempt (issue 12, defect 7).
+func TestJobPastItsMaximumDurationFailsWithJobTimeout(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: `{}`})
+	causes := make(chan error, 1)
+	handlers := map[string]worker.Handler{
+		pg.KindDiagnostic: func(hctx context.Context, _ *lease.Claim) (worker.Output, error) {
+			<-hctx.Done()
+			causes <- context.Cause(hctx)
+			return worker.Output{}, context.Cause(hctx)
+		},
+	}
+	cfg := fastConfig()
+	cfg.MaxJobDuration = 300 * time.Millisecond
+	h := newWorkerWith(t, url, cfg, worker.Hooks{}, harnessOptions{handlers: handlers})
+	h.start(t)
+	select {
+	case cause := <-causes:
+		if !errors.Is(cause, worker.ErrJobTimeout) {
+			t.Fatalf("handler cause %v, want ErrJobTimeout", cause)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the handler was not cancelled")
+	}
+	testwait.For(t, 30*time.Second, "job failed", func() bool { return h.outcome(metrics.OutcomeFailed) == 1 })
+	if st, attempts, code := jobState(t, pool, ids[0]); st != pg.StatusFailed || attempts != 1 || code == nil || *code != worker.CodeJobTimeout {
+		t.Fatalf("job %s attempt %d code %v, want FAILED %s on attempt 1", st, attempts, code, worker.CodeJobTimeout)
+	}
+	if v := testutil.ToFloat64(h.m.JobTimeouts); v != 1 {
+		t.Fatalf("job timeouts %v", v)
+	}
+	pgtest.AssertClaimQueueConsistent(t, pool)
 }

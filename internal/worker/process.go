@@ -45,7 +45,8 @@ var ErrSchemaBehind = errors.New("database schema is not at the expected version
 // one registry for everything). provenance is logged once and exported as
 // mightyetl_worker_config_info.
 func NewProcess(ctx context.Context, cfg config.Worker, provenance []config.Setting, serveMetrics bool, log *slog.Logger) (*Process, error) {
-	exec, renew, err := OpenPools(ctx, cfg.DatabaseURL, cfg.Concurrency)
+	stmtTimeout := StatementTimeout(cfg.RenewInterval)
+	exec, renew, err := OpenPools(ctx, cfg.DatabaseURL, cfg.Concurrency, stmtTimeout, cfg.RenewInterval)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +75,7 @@ func NewProcess(ctx context.Context, cfg config.Worker, provenance []config.Sett
 		OwnerID: cfg.WorkerID, Concurrency: cfg.Concurrency, PollInterval: cfg.PollInterval,
 		LeaseDuration: cfg.LeaseDuration, RenewInterval: cfg.RenewInterval, SafetyMargin: cfg.SafetyMargin,
 		RetryBaseDelay: cfg.RetryBaseDelay, RetryMaxDelay: cfg.RetryMaxDelay, ShutdownGrace: cfg.ShutdownGrace,
-		MaxBatchRecords: cfg.MaxBatchRecords,
+		MaxBatchRecords: cfg.MaxBatchRecords, StatementTimeout: stmtTimeout, MaxJobDuration: cfg.MaxJobDuration,
 	}, exec, renew, DefaultHandlers(cfg.MaxBatchRecords), m, log)
 	p := &Process{Worker: w, Registry: reg, exec: exec, renew: renew, log: log, cfg: cfg}
 	if serveMetrics {
@@ -120,18 +121,34 @@ func (p *Process) connectNATS(ctx context.Context) error {
 	return nil
 }
 
+// StatementTimeout is the bound of a worker's claim, finish and fenced
+// writes for a renewal interval: max(interval, 5s).
+func StatementTimeout(renewInterval time.Duration) time.Duration {
+	return max(renewInterval, 5*time.Second)
+}
+
 // OpenPools opens a worker's two pools on databaseURL: the execution pool
 // (claims and finishes), sized for concurrency slots and the machine, and a
 // separate two-connection renewal pool, so handlers holding every execution
 // connection can never starve renewal. Both plan each statement for its
 // actual batch (pg.PoolOptions.CustomPlans).
-func OpenPools(ctx context.Context, databaseURL string, concurrency int) (exec, renew *pgxpool.Pool, err error) {
+//
+// Both are bounded on the server too, so a statement or transaction whose
+// client vanished (a partition, a killed worker) ends there and frees its
+// locks: the execution pool's statements by stmtTimeout plus a second (the
+// worker's own context deadline fires first when the client is alive), its
+// idle transactions by twice that; the renewal pool's statements by the
+// renewal interval and its lock waits by a quarter of it, at most a second
+// (renewal never waits on a held row: see lease.Renew).
+func OpenPools(ctx context.Context, databaseURL string, concurrency int, stmtTimeout, renewInterval time.Duration) (exec, renew *pgxpool.Pool, err error) {
 	execConns := int32(max(4, min(concurrency+2, 4*runtime.GOMAXPROCS(0)+4)))
-	exec, err = pg.NewPool(ctx, databaseURL, pg.PoolOptions{MaxConns: execConns, ApplicationName: "mightyetl-worker", CustomPlans: true})
+	exec, err = pg.NewPool(ctx, databaseURL, pg.PoolOptions{MaxConns: execConns, ApplicationName: "mightyetl-worker", CustomPlans: true,
+		StatementTimeout: stmtTimeout + time.Second, IdleInTransactionTimeout: 2 * (stmtTimeout + time.Second)})
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect execution pool: %w", err)
 	}
-	renew, err = pg.NewPool(ctx, databaseURL, pg.PoolOptions{MaxConns: 2, MinConns: 1, ApplicationName: "mightyetl-renewer", CustomPlans: true})
+	renew, err = pg.NewPool(ctx, databaseURL, pg.PoolOptions{MaxConns: 2, MinConns: 1, ApplicationName: "mightyetl-renewer", CustomPlans: true,
+		StatementTimeout: renewInterval, LockTimeout: min(time.Second, renewInterval/4)})
 	if err != nil {
 		exec.Close()
 		return nil, nil, fmt.Errorf("connect renewal pool: %w", err)
