@@ -35,7 +35,9 @@ const (
 // Outbox is the outbox relay's collectors. The zero value is not usable; use
 // NewOutbox. Safe for concurrent use.
 type Outbox struct {
-	// Backlog is mightyetl_outbox_backlog: rows waiting in etl_outbox_events.
+	// Backlog is mightyetl_outbox_backlog: rows waiting in etl_outbox_events,
+	// exact up to 20,000 lifecycle rows and estimated beyond (the relay's
+	// backlog measurement bounds its work).
 	Backlog prometheus.Gauge
 	// OldestAge is mightyetl_outbox_oldest_age_seconds: age of the oldest
 	// waiting row by the database clock; 0 when the outbox is empty.
@@ -57,7 +59,7 @@ func NewOutbox(reg prometheus.Registerer) *Outbox {
 	m := &Outbox{
 		Backlog: registerOrReuse(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "mightyetl_outbox_backlog",
-			Help: "Rows waiting in the transactional outbox (etl_outbox_events).",
+			Help: "Rows waiting in the transactional outbox (etl_outbox_events); exact up to 20000 lifecycle rows, estimated beyond.",
 		})),
 		OldestAge: registerOrReuse(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "mightyetl_outbox_oldest_age_seconds",

@@ -14,7 +14,9 @@
 // One short transaction: SELECT up to BatchSize advisory rows (job_available,
 // lease_revoked) and up to BatchSize lifecycle rows, oldest first, FOR UPDATE
 // SKIP LOCKED, so any number of relays can run side by side and each row is
-// handled by one of them. Then:
+// handled by one of them. Each class is read through its own partial index
+// (migration 00008) with generic plans, so a batch reads O(BatchSize) index
+// entries however large the other class's backlog is. Then:
 //
 //   - all job_available rows of the batch become ONE core NATS message on
 //     "<p>.jobs.available" (coalesced: a wake-up says "look", not "look at N");
@@ -51,6 +53,14 @@
 // worthless, and keeping them would grow an unbounded backlog during a long
 // outage. Advisory and lifecycle rows are selected separately so a stuck
 // lifecycle backlog never holds up wake-ups.
+//
+// # Backlog gauges
+//
+// Refreshed at most once per PollInterval, not on every wake-up. One
+// refresh reads at most a fixed number of index entries per class
+// (backlogMeasureLimit): the row count is exact up to that many lifecycle
+// rows and estimated beyond it from the id range; the age of the oldest row
+// is exact. backlogSQL documents the estimate.
 //
 // The relay never logs or labels an id, payload, principal, key or SQL.
 package outbox

@@ -69,11 +69,6 @@ func (o *Options) defaults() {
 // ErrAlreadyStarted is returned by Start on a relay that was started before.
 var ErrAlreadyStarted = errors.New("outbox relay already started")
 
-var (
-	advisoryKinds  = []string{metrics.OutboxKindAvailable, metrics.OutboxKindRevoked}
-	lifecycleKinds = []string{metrics.OutboxKindLifecycle}
-)
-
 // Relay publishes the transactional outbox to NATS; see the package
 // documentation for the batch protocol and the outage rules. Create it with
 // New; run it with Start and Stop, or drive it with RunOnce. A Relay is
@@ -245,6 +240,7 @@ func (r *Relay) loop(ctx context.Context) {
 	poll := time.NewTicker(r.opts.PollInterval)
 	defer poll.Stop()
 	failing := false
+	var measured time.Time // when the backlog gauges were last refreshed
 	for {
 		for ctx.Err() == nil {
 			_, more, err := r.runOnce(ctx)
@@ -267,7 +263,12 @@ func (r *Relay) loop(ctx context.Context) {
 				break
 			}
 		}
-		r.refreshBacklog(ctx)
+		// The gauges follow the poll interval, not every wake-up: under load
+		// the relay wakes on every commit that wrote an outbox row.
+		if measured.IsZero() || time.Since(measured) >= r.opts.PollInterval {
+			r.refreshBacklog(ctx)
+			measured = time.Now()
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -280,6 +281,8 @@ func (r *Relay) loop(ctx context.Context) {
 	}
 }
 
+// refreshBacklog sets the backlog gauges; see backlogSQL for what they
+// measure and at what cost.
 func (r *Relay) refreshBacklog(ctx context.Context) {
 	n, age, err := measureBacklog(ctx, r.pool)
 	if err != nil {
@@ -307,14 +310,17 @@ func (r *Relay) runOnce(ctx context.Context) (published int, more bool, err erro
 	var lifecycleErr error
 	err = pg.WithTx(ctx, r.pool, func(tx pgx.Tx) error {
 		published, more, lifecycleErr = 0, false, nil
-		advisory, err := selectBatch(ctx, tx, advisoryKinds, r.opts.BatchSize)
+		if err := useGenericPlans(ctx, tx); err != nil {
+			return err
+		}
+		advisory, err := selectBatch(ctx, tx, advisoryBatch(r.opts.BatchSize))
 		if err != nil {
 			return err
 		}
 		var lifecycle []row
 		if connected {
 			// Lifecycle rows are not even locked while NATS is down.
-			if lifecycle, err = selectBatch(ctx, tx, lifecycleKinds, r.opts.BatchSize); err != nil {
+			if lifecycle, err = selectBatch(ctx, tx, lifecycleBatch(r.opts.BatchSize)); err != nil {
 				return err
 			}
 		}
