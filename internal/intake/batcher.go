@@ -241,5 +241,5 @@ func retryableFlush(err error) bool {
 	if errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01") {
 		return true
 	}
-	return errors.Is(err, pg.ErrNotFound)
+	return errors.Is(err, pg.ErrConflictVanished)
 }

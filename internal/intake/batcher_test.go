@@ -2,6 +2,7 @@ package intake
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -166,5 +167,22 @@ func TestSubmitReportsSettledOutcomeOverCancel(t *testing.T) {
 	var jobs int
 	if err := db.QueryRow(context.Background(), "SELECT count(*) FROM etl_job_records").Scan(&jobs); err != nil || jobs != n {
 		t.Errorf("jobs %d %v", jobs, err)
+	}
+}
+
+// A conflicting row that kept vanishing until the flush gave up is answered
+// as retryable (503 etl_target_unavailable: the same key and body will
+// succeed), never as an internal error or an absent resource.
+func TestVanishedConflictIsRetryable(t *testing.T) {
+	for _, err := range []error{
+		fmt.Errorf("insert jobs: %w", pg.ErrConflictVanished),
+		fmt.Errorf("read ledger entry: %w", pg.ErrConflictVanished),
+	} {
+		if got := CodeOf(storeError(err)); got != CodeTargetUnavailable {
+			t.Errorf("%v: code %s, want %s", err, got, CodeTargetUnavailable)
+		}
+		if errors.Is(err, pg.ErrNotFound) {
+			t.Errorf("%v reads as not found", err)
+		}
 	}
 }

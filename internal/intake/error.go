@@ -109,7 +109,9 @@ func storeError(err error) error {
 	// Any failure to connect means the database is unavailable to us, whatever
 	// the server said (not accepting connections, too many clients, ...).
 	var connectErr *pgconn.ConnectError
-	if pg.IsTransient(err) || errors.As(err, &connectErr) ||
+	// A conflicting row that vanished again and again (pruning racing the
+	// same keys) is retryable too: the same key and body will succeed.
+	if pg.IsTransient(err) || errors.As(err, &connectErr) || errors.Is(err, pg.ErrConflictVanished) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return &Error{Code: CodeTargetUnavailable, Index: -1, cause: err}
 	}

@@ -15,6 +15,13 @@ import (
 // the caller's scope). Stores return it instead of pgx.ErrNoRows.
 var ErrNotFound = errors.New("not found")
 
+// ErrConflictVanished reports that a row an insert conflicted with was
+// deleted (pruned) before the statement that reads it: nothing is wrong
+// with the request, and the same call with the same arguments may be made
+// again. It is not ErrNotFound: callers must never answer it as an absent
+// resource.
+var ErrConflictVanished = errors.New("conflicting row vanished")
+
 // IsTransient reports whether err is worth retrying: the database was
 // unreachable, the connection broke, the server is shutting down or out of
 // resources, the statement lost a serialization or deadlock race, or it ran

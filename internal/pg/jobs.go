@@ -144,7 +144,7 @@ func scanJob(row scanner, extra ...any) (Job, error) {
 // returned with Created false, unless that row carries the job's own JobID.
 // Callers batch concurrent submissions into one call to share a commit.
 //
-// ErrNotFound means a pair's existing row vanished (was pruned) between the
+// ErrConflictVanished means a pair's existing row vanished (was pruned) between the
 // insert and the lookup of existing rows; the caller may retry. Unless db is
 // a transaction, the insert has committed by then, so a retry must pass the
 // same JobIDs: the jobs the first call created then come back with Created
@@ -233,7 +233,7 @@ func InsertJobs(ctx context.Context, db DBTX, jobs []NewJob) ([]Inserted, error)
 		if !ok {
 			// Another transaction inserted and then lost the row (rolled back
 			// or pruned) between our two statements; the caller may retry.
-			return nil, fmt.Errorf("insert jobs: conflicting job vanished: %w", ErrNotFound)
+			return nil, fmt.Errorf("insert jobs: %w", ErrConflictVanished)
 		}
 		// Our own id: an earlier call with these JobIDs committed this job.
 		out[i] = Inserted{Job: j, Created: j.JobID == uuid.UUID(ids[i])}

@@ -143,12 +143,10 @@ func ReplayJob(ctx context.Context, db TxBeginner, p ReplayParams) (ReplayOutcom
 			SubmissionKeyHash: p.ReplayKeyHash, RequestDigest: p.RequestDigest, Payload: p.Payload,
 			MaxAttempts: maxAttempts, Lineage: &lineage,
 		}})
-		if errors.Is(err, ErrNotFound) {
-			// The job holding the key was deleted between two statements;
-			// never let that read as an absent source.
-			return errors.New("insert replay job: conflicting job vanished")
-		}
 		if err != nil {
+			// ErrConflictVanished (the job holding the key was deleted
+			// between two statements) stays distinct from an absent
+			// source: the caller answers it as retryable.
 			return fmt.Errorf("insert replay job: %w", err)
 		}
 		if !ins[0].Created {

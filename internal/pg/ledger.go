@@ -54,7 +54,7 @@ func ClaimLedgerEntry(ctx context.Context, db DBTX, e LedgerEntry) (LedgerEntry,
 		Scan(&existing.RequestDigest, &existing.ResponseText, &existingJob)
 	if IsNoRows(err) {
 		// Pruned between the two statements: the caller may retry.
-		return LedgerEntry{}, false, fmt.Errorf("read ledger entry: conflicting row vanished: %w", ErrNotFound)
+		return LedgerEntry{}, false, fmt.Errorf("read ledger entry: %w", ErrConflictVanished)
 	}
 	if err != nil {
 		return LedgerEntry{}, false, fmt.Errorf("read ledger entry: %w", err)
