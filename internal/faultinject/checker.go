@@ -92,6 +92,9 @@ type Checker struct {
 	Procs    []*Process
 	report   *Report
 	jobsByID map[string]*jobRow
+	// eventSeqs are the stream sequences of each job's lifecycle
+	// messages (the checker's self-test deletes some).
+	eventSeqs map[string][]uint64
 }
 
 // WaitConverged polls until every job is terminal and the outbox is empty,
@@ -228,6 +231,7 @@ func (c *Checker) loadEvents(ctx context.Context) (map[string][]lifecycleEvent, 
 		return nil, fmt.Errorf("checker: lifecycle stream info: %w", err)
 	}
 	byID := map[string]lifecycleEvent{}
+	c.eventSeqs = map[string][]uint64{}
 	if info.State.Msgs > 0 {
 		cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 		if err != nil {
@@ -259,6 +263,7 @@ func (c *Checker) loadEvents(ctx context.Context) (map[string][]lifecycleEvent, 
 					c.violate(InvOneTerminalEvent, "one event id "+ce.ID+" carries two different events", nil)
 				}
 				byID[ce.ID] = ev
+				c.eventSeqs[ev.jobID] = append(c.eventSeqs[ev.jobID], md.Sequence.Stream)
 			}
 			if err := batch.Error(); err != nil {
 				return nil, fmt.Errorf("checker: fetch lifecycle events: %w", err)

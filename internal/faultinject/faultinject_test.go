@@ -175,6 +175,10 @@ func TestFaultInjection(t *testing.T) {
 	}
 	if n := report.Total(); n > 0 {
 		t.Errorf("%d invariant violations (details with ids in violations.txt of the run directory)", n)
+		return
+	}
+	if convErr == nil {
+		checkerSelfTest(ctx, t, sys, ledger, checker)
 	}
 }
 
