@@ -19,12 +19,13 @@ const (
 	FaultIntakeKill  FaultKind = "intake_sigkill"      // SIGKILL the intake (API, request consumer, relay), restart it
 	FaultNATSRestart FaultKind = "nats_restart"        // stop nats-server, start it again on the same store
 	FaultPGRestart   FaultKind = "postgres_immediate"  // pg_ctl stop -m immediate, start (crash recovery)
+	FaultPGOutage    FaultKind = "postgres_outage"     // the same, down longer than a lease
 	FaultDBReset     FaultKind = "worker_db_tcp_reset" // RST every worker database connection
 	FaultDBLatency   FaultKind = "worker_db_latency"   // add latency to every worker database chunk for a while
 )
 
 // AllFaults is every kind, in report order.
-var AllFaults = []FaultKind{FaultWorkerKill, FaultIntakeKill, FaultNATSRestart, FaultPGRestart, FaultDBReset, FaultDBLatency}
+var AllFaults = []FaultKind{FaultWorkerKill, FaultIntakeKill, FaultNATSRestart, FaultPGRestart, FaultPGOutage, FaultDBReset, FaultDBLatency}
 
 // Fault is one injected fault.
 type Fault struct {
@@ -118,7 +119,12 @@ func (in *Injector) inject(ctx context.Context, kind FaultKind) Fault {
 		if err := in.sys.NATS.Start(restoreCtx); err != nil {
 			f.Err = fmt.Errorf("%w: %v", errNotRestored, err)
 		}
-	case FaultPGRestart:
+	case FaultPGRestart, FaultPGOutage:
+		if kind == FaultPGOutage {
+			// Longer than a lease: renewals fail closed, running handlers
+			// stop, and every lease has expired when the database is back.
+			down = jitter(in.rng, 7*time.Second, 9*time.Second)
+		}
 		if err := in.sys.PG.StopImmediate(restoreCtx); err != nil {
 			f.Err = err
 		}
