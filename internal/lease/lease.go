@@ -244,8 +244,14 @@ const exactLease = `job_record_id = $1
 // exactLeases is the FROM and WHERE of a batched fenced write of the job
 // rows aliased j: the whole exact lease (design.md invariant 2) of each
 // presented pair of $1 job ids and $2 claim ids, all of owner $3.
-const exactLeases = `    FROM unnest($1::uuid[], $2::uuid[]) AS c(job_record_id, lease_claim_id)
-    WHERE j.job_record_id = c.job_record_id
+const exactLeases = `    FROM ` + presentedPairs + `
+    WHERE ` + exactPairMatch
+
+// presentedPairs are the presented (job id, claim id) pairs, aliased c.
+const presentedPairs = `unnest($1::uuid[], $2::uuid[]) AS c(job_record_id, lease_claim_id)`
+
+// exactPairMatch is the whole exact lease of job row j for its pair c.
+const exactPairMatch = `j.job_record_id = c.job_record_id
       AND j.job_status = 'RUNNING'
       AND j.lease_claim_id = c.lease_claim_id
       AND j.lease_owner_id = $3
@@ -280,12 +286,8 @@ const exactLeases = `    FROM unnest($1::uuid[], $2::uuid[]) AS c(job_record_id,
 const renewSQL = `
 WITH locked AS (
     SELECT j.job_record_id
-    FROM etl_job_records j, unnest($1::uuid[], $2::uuid[]) AS c(job_record_id, lease_claim_id)
-    WHERE j.job_record_id = c.job_record_id
-      AND j.job_status = 'RUNNING'
-      AND j.lease_claim_id = c.lease_claim_id
-      AND j.lease_owner_id = $3
-      AND j.lease_expires_at > clock_timestamp()
+    FROM etl_job_records j, ` + presentedPairs + `
+    WHERE ` + exactPairMatch + `
     FOR UPDATE OF j SKIP LOCKED
 ), renewed AS (
     UPDATE etl_job_records j
@@ -301,12 +303,8 @@ WITH locked AS (
     WHERE q.job_record_id = ANY(ARRAY(SELECT job_record_id FROM renewed))
 ), busy AS (
     SELECT c.lease_claim_id
-    FROM etl_job_records j, unnest($1::uuid[], $2::uuid[]) AS c(job_record_id, lease_claim_id)
-    WHERE j.job_record_id = c.job_record_id
-      AND j.job_status = 'RUNNING'
-      AND j.lease_claim_id = c.lease_claim_id
-      AND j.lease_owner_id = $3
-      AND j.lease_expires_at > clock_timestamp()
+    FROM etl_job_records j, ` + presentedPairs + `
+    WHERE ` + exactPairMatch + `
 )
 SELECT lease_claim_id, lease_expires_at FROM renewed
 UNION ALL
