@@ -87,12 +87,19 @@ func (w *Worker) completer() {
 		}
 		g.reqs, g.rows, g.bytes = g.reqs[:0], 0, 0
 		g.add(&w.cfg, first)
+		// take adds more to the group, or keeps it for the next group.
+		take := func(more *finishReq) bool {
+			if g.add(&w.cfg, more) {
+				return true
+			}
+			carry = more
+			return false
+		}
 	drain:
 		for !g.full(&w.cfg) {
 			select {
 			case more := <-w.finishQ:
-				if !g.add(&w.cfg, more) {
-					carry = more
+				if !take(more) {
 					break drain
 				}
 			default:
@@ -105,8 +112,7 @@ func (w *Worker) completer() {
 			for !g.full(&w.cfg) {
 				select {
 				case more := <-w.finishQ:
-					if !g.add(&w.cfg, more) {
-						carry = more
+					if !take(more) {
 						break wait
 					}
 				case <-linger.C:
