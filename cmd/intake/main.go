@@ -10,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -25,26 +26,28 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Getenv))
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
 }
 
-func run(args []string, getenv func(string) string) int {
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+// run is the whole binary: it returns the exit status (2 for a rejected
+// configuration) and writes logs and one-line errors to stderr.
+func run(args []string, getenv func(string) string, stderr io.Writer) int {
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	cfg, loader, err := config.LoadIntake(args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		loader.Usage(os.Stdout)
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "intake: configuration: %v\n", err)
+		fmt.Fprintf(stderr, "intake: configuration: %v\n", err)
 		if rerr := config.RecordRejection(getenv(config.RejectionTextfileEnv), "intake"); rerr != nil {
-			fmt.Fprintf(os.Stderr, "intake: could not record the rejection in %s\n", config.RejectionTextfileEnv)
+			fmt.Fprintf(stderr, "intake: could not record the rejection in %s\n", config.RejectionTextfileEnv)
 		}
 		return 2
 	}
 	authn, err := cfg.Authenticator()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "intake: configuration: MIGHTYETL_AUTH_MODE=%s: %v\n", cfg.AuthMode, err)
+		fmt.Fprintf(stderr, "intake: configuration: MIGHTYETL_AUTH_MODE=%s: %v\n", cfg.AuthMode, err)
 		return 2
 	}
 	for _, s := range loader.Provenance() {
@@ -58,21 +61,21 @@ func run(args []string, getenv func(string) string) int {
 	defer cancel()
 	pool, err := pg.NewPool(startCtx, cfg.DatabaseURL, pg.PoolOptions{ApplicationName: "mightyetl-intake"})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "intake: database %s: %v\n", pg.RedactURL(cfg.DatabaseURL), err)
+		fmt.Fprintf(stderr, "intake: database %s: %v\n", pg.RedactURL(cfg.DatabaseURL), err)
 		return 1
 	}
 	defer pool.Close()
 	applied, expected, err := pg.SchemaVersion(startCtx, pool)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "intake: read schema version: %v\n", err)
+		fmt.Fprintf(stderr, "intake: read schema version: %v\n", err)
 		return 1
 	}
 	if applied < expected {
-		fmt.Fprintf(os.Stderr, "intake: database schema is at version %d, this binary needs %d: run `etlctl migrate up` first\n", applied, expected)
+		fmt.Fprintf(stderr, "intake: database schema is at version %d, this binary needs %d: run `etlctl migrate up` first\n", applied, expected)
 		return 1
 	}
 	if applied > expected {
-		fmt.Fprintf(os.Stderr, "intake: database schema version %d is newer than this binary's %d: deploy a newer intake\n", applied, expected)
+		fmt.Fprintf(stderr, "intake: database schema version %d is newer than this binary's %d: deploy a newer intake\n", applied, expected)
 		return 1
 	}
 
@@ -80,13 +83,13 @@ func run(args []string, getenv func(string) string) int {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, svc, err := httpapi.NewServerFromConfig(cfg, pool, authn, log, reg)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "intake: %v\n", err)
+		fmt.Fprintf(stderr, "intake: %v\n", err)
 		return 2
 	}
 	bridge, err := natsbridge.Start(ctx, natsbridge.Options{NATS: cfg.NATS, Pool: pool, Service: svc,
 		MaxRequestBytes: cfg.MaxPayloadBytes, Name: "mightyetl-intake", Registry: reg, Log: log})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "intake: %v\n", err)
+		fmt.Fprintf(stderr, "intake: %v\n", err)
 		return 1
 	}
 	if bridge == nil {
@@ -98,7 +101,7 @@ func run(args []string, getenv func(string) string) int {
 		_ = bridge.Stop(stopCtx)
 	}()
 	if err := srv.Start(startCtx); err != nil {
-		fmt.Fprintf(os.Stderr, "intake: %v\n", err)
+		fmt.Fprintf(stderr, "intake: %v\n", err)
 		return 1
 	}
 	log.Info("intake listening", "addr", srv.Addr())

@@ -25,7 +25,7 @@ type Intake struct {
 	JWTIssuer             string        // MIGHTYETL_JWT_ISSUER, required for jwt
 	JWTAudience           string        // MIGHTYETL_JWT_AUDIENCE, required for jwt
 	JWTJWKSFile           string        // MIGHTYETL_JWT_JWKS_FILE, required for jwt
-	PrincipalHashKey      string        // MIGHTYETL_PRINCIPAL_HASH_KEY (secret), ≥ 32 bytes unless deny
+	PrincipalHashKey      string        // MIGHTYETL_PRINCIPAL_HASH_KEY (secret), ≥ 32 bytes whenever IntakeOpen
 	MaxPayloadBytes       int           // MIGHTYETL_MAX_PAYLOAD_BYTES, default 1 MiB (1..64 MiB)
 	MaxBatchRecords       int           // MIGHTYETL_MAX_BATCH_RECORDS, default 1000 (1..100000)
 	MaxAttempts           int           // MIGHTYETL_MAX_ATTEMPTS, default 3 (1..100)
@@ -78,10 +78,22 @@ func LoadIntake(args []string, getenv func(string) string) (Intake, *Loader, err
 	return c, l, nil
 }
 
+// IntakeOpen reports whether any path can bring a principal's request into
+// the intake: HTTP with an authentication mode other than deny, or the NATS
+// request consumer.
+func (c Intake) IntakeOpen() bool {
+	return c.AuthMode != auth.ModeDeny || c.NATS.RequestsEnabled
+}
+
 // Validate checks cross-setting rules: basic mode needs a credentials file,
-// jwt mode an issuer, an audience and a JWKS file, and every mode but deny a
-// principal hash key of at least 32 bytes.
+// jwt mode an issuer, an audience and a JWKS file; deny mode refuses the NATS
+// request consumer (deny means no intake at all, and the consumer would
+// otherwise take jobs); and whenever an intake path is open (IntakeOpen) the
+// principal hash key must hold at least 32 bytes.
 func (c Intake) Validate() error {
+	if c.AuthMode == auth.ModeDeny && c.NATS.RequestsEnabled {
+		return errors.New("MIGHTYETL_NATS_REQUESTS_ENABLED=true: refused with MIGHTYETL_AUTH_MODE=deny (deny takes no jobs on any path); set MIGHTYETL_AUTH_MODE to basic or jwt, or MIGHTYETL_NATS_REQUESTS_ENABLED=false")
+	}
 	switch c.AuthMode {
 	case auth.ModeBasic:
 		if c.BasicCredentialsFile == "" {
@@ -98,8 +110,8 @@ func (c Intake) Validate() error {
 			}
 		}
 	}
-	if c.AuthMode != auth.ModeDeny && len(c.PrincipalHashKey) < MinPrincipalHashKeyBytes {
-		return fmt.Errorf("MIGHTYETL_PRINCIPAL_HASH_KEY: must be at least %d bytes when MIGHTYETL_AUTH_MODE=%s", MinPrincipalHashKeyBytes, c.AuthMode)
+	if c.IntakeOpen() && len(c.PrincipalHashKey) < MinPrincipalHashKeyBytes {
+		return fmt.Errorf("MIGHTYETL_PRINCIPAL_HASH_KEY: must be at least %d bytes when MIGHTYETL_AUTH_MODE=%s or MIGHTYETL_NATS_REQUESTS_ENABLED=true", MinPrincipalHashKeyBytes, c.AuthMode)
 	}
 	if c.PrincipalHashKey != "" && len(c.PrincipalHashKey) < MinPrincipalHashKeyBytes {
 		return fmt.Errorf("MIGHTYETL_PRINCIPAL_HASH_KEY: must be at least %d bytes", MinPrincipalHashKeyBytes)

@@ -37,7 +37,9 @@ type Options struct {
 	DB DB
 	// PrincipalHashKey keys principal_scope_hash and cursor bindings
 	// (MIGHTYETL_PRINCIPAL_HASH_KEY). Empty is accepted only for deny mode,
-	// where no request reaches the Service.
+	// where no request reaches the Service; with an empty key every use case
+	// that needs a principal's scope fails with ErrInternal instead of
+	// hashing under an empty key.
 	PrincipalHashKey []byte
 	// MaxBatchRecords bounds records per request; zero means 1000.
 	MaxBatchRecords int
@@ -126,6 +128,9 @@ func New(opts Options) (*Service, error) {
 func (s *Service) scope(principal string) (string, error) {
 	if strings.TrimSpace(principal) == "" {
 		return "", ErrPrincipalRequired
+	}
+	if len(s.hashKey) == 0 {
+		return "", ErrInternal // misconfigured: never hash under an empty key
 	}
 	return auth.ScopeHash(s.hashKey, principal), nil
 }
