@@ -148,7 +148,9 @@ func (r response) problemCode(t testing.TB) string {
 	return p.ErrorCode
 }
 
-// req describes one request; Principal "" sends no credentials.
+// req describes one request; Principal "" sends no credentials. A Body is
+// sent as Content-Type: application/json unless Header names another
+// Content-Type (an empty value sends none).
 type req struct {
 	Method    string
 	Path      string
@@ -174,7 +176,14 @@ func (e *env) do(r req) response {
 	if r.Key != "" {
 		hr.Header.Set("Idempotency-Key", r.Key)
 	}
+	if r.Body != "" {
+		hr.Header.Set("Content-Type", "application/json")
+	}
 	for k, v := range r.Header {
+		if v == "" {
+			hr.Header.Del(k)
+			continue
+		}
 		hr.Header.Set(k, v)
 	}
 	return e.send(hr)

@@ -312,6 +312,7 @@ func TestLimits(t *testing.T) {
 		hr.ContentLength = 10 << 20
 		hr.Header.Set("Authorization", "Test alice")
 		hr.Header.Set("Idempotency-Key", "key-limit-0000000001")
+		hr.Header.Set("Content-Type", "application/json")
 		res := e.send(hr) // a server reading the body would block forever
 		checkProblem(t, res, "/api/etl/jobs", 413, "etl_payload_too_large")
 	})
@@ -321,6 +322,7 @@ func TestLimits(t *testing.T) {
 		hr.ContentLength = -1
 		hr.Header.Set("Authorization", "Test alice")
 		hr.Header.Set("Idempotency-Key", "key-limit-0000000002")
+		hr.Header.Set("Content-Type", "application/json")
 		rec := newRecorder()
 		h, _ := NewHandler(e.opts)
 		h.ServeHTTP(rec, hr)
@@ -331,6 +333,7 @@ func TestLimits(t *testing.T) {
 		hr2, _ := http.NewRequest("POST", e.srv.URL+"/api/etl/jobs", &countingReader{remaining: 1 << 20})
 		hr2.Header.Set("Authorization", "Test alice")
 		hr2.Header.Set("Idempotency-Key", "key-limit-0000000002")
+		hr2.Header.Set("Content-Type", "application/json")
 		checkProblem(t, e.send(hr2), "/api/etl/jobs", 413, "etl_payload_too_large")
 	})
 	t.Run("batch size", func(t *testing.T) {

@@ -14,6 +14,9 @@ const (
 	codePayloadTooLarge  = "etl_payload_too_large"
 	codeRouteNotFound    = "etl_route_not_found"
 	codeMethodNotAllowed = "etl_method_not_allowed"
+	// codeUnsupportedMediaType: a request body without Content-Type:
+	// application/json (see requireJSON).
+	codeUnsupportedMediaType = "etl_unsupported_media_type"
 )
 
 // problemSpec is one row of the problem table.
@@ -51,6 +54,7 @@ var problemTable = map[string]problemSpec{
 	intake.CodeJobNotFound:               {404, "Job not found", "No such job exists for the caller."},
 	codeRouteNotFound:                    {404, "Not found", "No such resource."},
 	codeMethodNotAllowed:                 {405, "Method not allowed", "The resource does not support this method."},
+	codeUnsupportedMediaType:             {415, "Unsupported media type", "A request body must be sent with Content-Type: application/json."},
 	intake.CodeTargetUnavailable:         {503, "Target unavailable", "The database is unavailable; retry with backoff using the same Idempotency-Key and body."},
 	intake.CodeInternalError:             {500, "Internal error", "The request could not be completed."},
 }

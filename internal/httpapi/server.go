@@ -105,19 +105,21 @@ func NewHandler(opts Options) (http.Handler, error) {
 			writeProblem(w, r, codeMethodNotAllowed)
 		})
 	}
-	route("POST /api/etl/jobs", a.submit(""))
+	// post registers a POST route: a body it carries must be JSON.
+	post := func(pattern string, h apiHandler) { route(pattern, requireJSON(h)) }
+	post("POST /api/etl/jobs", a.submit(""))
 	route("GET /api/etl/jobs", a.list)
 	allow("/api/etl/jobs", "GET, HEAD, POST")
 	route("GET /api/etl/jobs/{id}", a.status)
 	allow("/api/etl/jobs/{id}", "GET, HEAD")
-	route("POST /api/etl/jobs/{id}/cancellation", a.cancel)
+	post("POST /api/etl/jobs/{id}/cancellation", a.cancel)
 	allow("/api/etl/jobs/{id}/cancellation", "POST")
-	route("POST /api/etl/jobs/{id}/replays", a.replay)
+	post("POST /api/etl/jobs/{id}/replays", a.replay)
 	allow("/api/etl/jobs/{id}/replays", "POST")
-	route("POST /api/etl/process", a.process)
+	post("POST /api/etl/process", a.process)
 	allow("/api/etl/process", "POST")
 	if opts.DiagnosticJobsEnabled {
-		route("POST /api/etl/diagnostic-jobs", a.submit("diagnostic"))
+		post("POST /api/etl/diagnostic-jobs", a.submit("diagnostic"))
 		allow("/api/etl/diagnostic-jobs", "POST")
 	}
 	route("/api/", func(w http.ResponseWriter, r *http.Request, _ string) { writeProblem(w, r, codeRouteNotFound) })

@@ -1,0 +1,87 @@
+package httpapi
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/mightyetl/mightyetl/internal/pg"
+)
+
+// TestPostBodiesRequireJSON: every POST that carries a body must declare
+// Content-Type: application/json (parameters allowed, charset utf-8 only,
+// no +json suffix); anything a cross-site form or no-cors fetch can send is
+// 415 etl_unsupported_media_type before any work, and nothing is written.
+func TestPostBodiesRequireJSON(t *testing.T) {
+	e := newEnv(t)
+	failed := finishJob(t, e, "alice", "key-media-source-0001", pg.StatusFailed)
+	jobs := e.count(`SELECT count(*) FROM etl_job_records`)
+	type route struct{ path, key, body string }
+	routes := []route{
+		{"/api/etl/jobs", "key-media-submit-0001", sampleBody},
+		{"/api/etl/diagnostic-jobs", "key-media-diag-00001", `{"durationMillis":1}`},
+		{"/api/etl/jobs/" + failed + "/replays", "key-media-replay-0001", sampleBody},
+		{"/api/etl/process", "", sampleBody},
+		{"/api/etl/jobs/" + failed + "/cancellation", "key-media-cancel-0001", "{}"},
+	}
+	refused := []string{
+		"", // no Content-Type at all
+		"text/plain",
+		"text/plain; charset=utf-8",
+		"application/x-www-form-urlencoded",
+		"multipart/form-data; boundary=x",
+		"application/json; charset=iso-8859-1",
+		"application/merge-patch+json",
+		"application/problem+json",
+		"application/jsonx",
+		"application/json; charset", // malformed parameter
+	}
+	for _, rt := range routes {
+		for _, ct := range refused {
+			res := e.do(req{Method: "POST", Path: rt.path, Principal: "alice", Key: rt.key, Body: rt.body, Header: map[string]string{"Content-Type": ct}})
+			if res.Status != http.StatusUnsupportedMediaType {
+				t.Errorf("POST %s with Content-Type %q: %d %s, want 415", rt.path, ct, res.Status, res.Body)
+				continue
+			}
+			checkProblem(t, res, rt.path, 415, "etl_unsupported_media_type")
+		}
+		// Two Content-Type fields are refused too.
+		hr, _ := http.NewRequest("POST", e.srv.URL+rt.path, strings.NewReader(rt.body))
+		hr.Header.Set("Authorization", "Test alice")
+		if rt.key != "" {
+			hr.Header.Set("Idempotency-Key", rt.key)
+		}
+		hr.Header.Add("Content-Type", "application/json")
+		hr.Header.Add("Content-Type", "text/plain")
+		if res := e.send(hr); res.Status != http.StatusUnsupportedMediaType {
+			t.Errorf("POST %s with two Content-Type fields: %d", rt.path, res.Status)
+		}
+		// Authentication still comes first.
+		if res := e.do(req{Method: "POST", Path: rt.path, Key: rt.key, Body: rt.body, Header: map[string]string{"Content-Type": "text/plain"}}); res.Status != http.StatusUnauthorized {
+			t.Errorf("POST %s unauthenticated text/plain: %d, want 401", rt.path, res.Status)
+		}
+	}
+	if n := e.count(`SELECT count(*) FROM etl_job_records`); n != jobs {
+		t.Fatalf("refused requests wrote %d jobs", n-jobs)
+	}
+	if n := e.count(`SELECT count(*) FROM processed_data`); n != 0 {
+		t.Fatalf("refused requests loaded %d rows", n)
+	}
+
+	// Accepted forms: case-insensitive type, any parameters, utf-8 charset.
+	for i, ct := range []string{"application/json", "Application/JSON; charset=UTF-8", "application/json;charset=utf-8", `application/json; profile="x"`, "application/json;"} {
+		res := e.do(req{Method: "POST", Path: "/api/etl/process", Principal: "alice", Body: sampleBody, Header: map[string]string{"Content-Type": ct}})
+		if res.Status != http.StatusOK {
+			t.Errorf("process with %q: %d %s", ct, res.Status, res.Body)
+		}
+		key := "key-media-accept-000" + string(rune('1'+i))
+		if res := e.do(req{Method: "POST", Path: "/api/etl/jobs", Principal: "alice", Key: key, Body: sampleBody, Header: map[string]string{"Content-Type": ct}}); res.Status != http.StatusAccepted {
+			t.Errorf("submit with %q: %d %s", ct, res.Status, res.Body)
+		}
+	}
+	// A POST without a body needs no Content-Type (cancellation).
+	s, _ := e.submit("alice", "key-media-cancel-src1", sampleBody)
+	if res := e.do(req{Method: "POST", Path: "/api/etl/jobs/" + s.JobRecordID + "/cancellation", Principal: "alice", Key: "key-media-cancel-0002"}); res.Status != http.StatusOK {
+		t.Errorf("bodiless cancellation: %d %s", res.Status, res.Body)
+	}
+}
