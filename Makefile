@@ -4,7 +4,7 @@ STATICCHECK   ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PROMTOOL      ?= promtool
 BIN           := bin
 
-.PHONY: help run test vet fmtcheck staticcheck unit rules build fmt soak
+.PHONY: help run test vet fmtcheck staticcheck unit rules openapi-lint build fmt soak
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -12,7 +12,7 @@ help: ## list the targets
 run: ## run the whole system in one process (etlctl dev)
 	$(GO) run ./cmd/etlctl dev
 
-test: fmtcheck vet staticcheck rules unit ## the README's test command: gofmt, vet, staticcheck, rule checks, go test -race
+test: fmtcheck vet staticcheck rules openapi-lint unit ## the README's test command: gofmt, vet, staticcheck, rule checks, OpenAPI lint, go test -race
 
 fmtcheck: ## fail when a Go file is not gofmt-clean
 	@files=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$files" ]; then echo "gofmt needed:"; echo "$$files"; exit 1; fi
@@ -31,6 +31,9 @@ rules: ## promtool check and unit-test the Prometheus alert rules (required unde
 	  $(PROMTOOL) check rules deploy/prometheus/*.rules.yml && \
 	  $(PROMTOOL) test rules deploy/prometheus/tests/*.yml; \
 	fi
+
+openapi-lint: ## lint docs/openapi.yaml with Redocly CLI's recommended rules (pinned in tools/openapi-lint; needs node/npm)
+	tools/openapi-lint/lint.sh docs/openapi.yaml
 
 unit: ## go test -race over every package
 	$(GO) test -race -count=1 -timeout 30m ./...
