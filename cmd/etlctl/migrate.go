@@ -29,13 +29,13 @@ func runMigrate(args []string) int {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	if verb == "up" {
 		if err := pg.EnsureDatabase(ctx, databaseURL, log); err != nil {
-			fmt.Fprintf(os.Stderr, "etlctl migrate: %v\n", err)
+			fmt.Fprintf(os.Stderr, "etlctl migrate: database %s: %s\n", pg.RedactURL(databaseURL), pg.RedactError(err, databaseURL))
 			return 1
 		}
 	}
 	pool, err := pg.NewPool(ctx, databaseURL, pg.PoolOptions{MaxConns: 2, ApplicationName: "mightyetl-etlctl"})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "etlctl migrate: %v\n", err)
+		fmt.Fprintf(os.Stderr, "etlctl migrate: database %s: %s\n", pg.RedactURL(databaseURL), pg.RedactError(err, databaseURL))
 		return 1
 	}
 	defer pool.Close()

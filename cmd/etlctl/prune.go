@@ -70,7 +70,7 @@ func runPrune(args []string) int {
 	defer cancel()
 	pool, err := pg.NewPool(ctx, databaseURL, pg.PoolOptions{MaxConns: 2, ApplicationName: "mightyetl-etlctl"})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "etlctl prune: database %s: %v\n", pg.RedactURL(databaseURL), err)
+		fmt.Fprintf(os.Stderr, "etlctl prune: database %s: %s\n", pg.RedactURL(databaseURL), pg.RedactError(err, databaseURL))
 		return 1
 	}
 	defer pool.Close()

@@ -42,7 +42,7 @@ func runRelay(args []string) int {
 	defer stop()
 	pool, err := pg.NewPool(ctx, databaseURL, pg.PoolOptions{MaxConns: 4, ApplicationName: "mightyetl-relay"})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "etlctl relay: database %s: %v\n", pg.RedactURL(databaseURL), err)
+		fmt.Fprintf(os.Stderr, "etlctl relay: database %s: %s\n", pg.RedactURL(databaseURL), pg.RedactError(err, databaseURL))
 		return 1
 	}
 	defer pool.Close()

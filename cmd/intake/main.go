@@ -61,7 +61,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	defer cancel()
 	pool, err := pg.NewPool(startCtx, cfg.DatabaseURL, pg.PoolOptions{ApplicationName: "mightyetl-intake"})
 	if err != nil {
-		fmt.Fprintf(stderr, "intake: database %s: %v\n", pg.RedactURL(cfg.DatabaseURL), err)
+		fmt.Fprintf(stderr, "intake: database %s: %s\n", pg.RedactURL(cfg.DatabaseURL), cfg.RedactError(err))
 		return 1
 	}
 	defer pool.Close()

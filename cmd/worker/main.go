@@ -42,11 +42,11 @@ func run() int {
 
 	p, err := worker.NewProcess(ctx, cfg, loader.Provenance(), true, log)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "worker: %v\n", err)
+		fmt.Fprintf(os.Stderr, "worker: %s\n", cfg.RedactError(err))
 		return 1
 	}
 	if err := p.Start(ctx); err != nil {
-		fmt.Fprintf(os.Stderr, "worker: %v\n", err)
+		fmt.Fprintf(os.Stderr, "worker: %s\n", cfg.RedactError(err))
 		return 1
 	}
 	log.Info("worker ready", "metrics_addr", p.MetricsAddr())

@@ -3,8 +3,10 @@
 // and records where each came from (configuration provenance).
 //
 // Precedence: an explicitly set flag, then the environment variable, then the
-// default. A bad value is reported as one line naming the setting and the
-// allowed range; binaries print it and exit with status 2.
+// default, which for a few settings is derived from others (the lease
+// renewal interval and safety margin from the lease duration). A bad value is
+// reported as one line naming the setting and the allowed range; binaries
+// print it and exit with status 2.
 package config
 
 import (
@@ -26,6 +28,9 @@ const (
 	SourceDefault Source = "default"
 	SourceEnv     Source = "env"
 	SourceFlag    Source = "flag"
+	// SourceDerived marks a default computed from other settings because
+	// neither the flag nor the variable was set (see Loader.DerivedDuration).
+	SourceDerived Source = "derived"
 )
 
 // Setting is one effective setting, for provenance logs and the info metric.
@@ -42,6 +47,7 @@ type entry struct {
 	raw       *string // flag value holder
 	apply     func(string) error
 	def       string
+	derive    func() string // computes the default at Parse time; nil: def
 	source    Source
 	value     string
 }
@@ -106,6 +112,19 @@ func (l *Loader) Duration(dst *time.Duration, env, flagName string, def, lo, hi 
 	})
 }
 
+// DerivedDuration registers a duration within [lo, hi] whose default is
+// derive's result, computed during Parse after every setting registered
+// before this one has been applied (so derive may read their destinations).
+// A value derived this way is validated like a set one and reported with
+// SourceDerived.
+func (l *Loader) DerivedDuration(dst *time.Duration, env, flagName string, derive func() time.Duration, lo, hi time.Duration, usage string) {
+	l.Duration(dst, env, flagName, 0, lo, hi, usage)
+	e := l.entries[len(l.entries)-1]
+	e.def = ""
+	e.derive = func() string { return derive().String() }
+	l.fs.Lookup(flagName).DefValue = ""
+}
+
 // Int registers an integer within [lo, hi].
 func (l *Loader) Int(dst *int, env, flagName string, def, lo, hi int, usage string) {
 	l.add(env, flagName, strconv.Itoa(def), usage, false, func(s string) error {
@@ -150,6 +169,8 @@ func (l *Loader) Parse() error {
 			v, src = *e.raw, SourceFlag
 		} else if ev, ok := l.lookup(e.env); ok {
 			v, src = ev, SourceEnv
+		} else if e.derive != nil {
+			v, src = e.derive(), SourceDerived
 		}
 		if err := e.apply(strings.TrimSpace(v)); err != nil {
 			name := e.env
@@ -166,6 +187,17 @@ func (l *Loader) Parse() error {
 func (l *Loader) lookup(env string) (string, bool) {
 	v := l.getenv(env)
 	return v, v != ""
+}
+
+// source reports where the setting named env came from after Parse ("" for
+// an unknown name).
+func (l *Loader) source(env string) Source {
+	for _, e := range l.entries {
+		if e.env == env {
+			return e.source
+		}
+	}
+	return ""
 }
 
 // Usage writes the flag list to w.
@@ -186,27 +218,11 @@ func (l *Loader) Provenance() []Setting {
 				v = "(set)"
 			}
 		}
-		if strings.HasSuffix(e.env, "DATABASE_URL") || strings.HasSuffix(e.env, "NATS_URL") {
-			v = redactURL(v)
-		}
+		v = redactedValue(e.env, v)
 		out = append(out, Setting{Name: e.env, Value: v, Source: e.source})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
-}
-
-// redactURL hides a password in a URL's user info.
-func redactURL(s string) string {
-	at := strings.LastIndex(s, "@")
-	scheme := strings.Index(s, "://")
-	if at < 0 || scheme < 0 || at < scheme {
-		return s
-	}
-	userinfo := s[scheme+3 : at]
-	if i := strings.Index(userinfo, ":"); i >= 0 {
-		return s[:scheme+3] + userinfo[:i] + ":xxxxx" + s[at:]
-	}
-	return s
 }
 
 // Build identifies the running build; set by -ldflags or left as "dev".

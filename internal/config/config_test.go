@@ -45,7 +45,7 @@ func TestPrecedenceAndProvenance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.Concurrency != 12 || w.LeaseDuration != 45*time.Second || w.RenewInterval != 10*time.Second || w.MaxJobDuration != 6*time.Hour {
+	if w.Concurrency != 12 || w.LeaseDuration != 45*time.Second || w.RenewInterval != 15*time.Second || w.MaxJobDuration != 6*time.Hour {
 		t.Fatalf("got %+v", w)
 	}
 	src := map[string]Setting{}
@@ -56,7 +56,7 @@ func TestPrecedenceAndProvenance(t *testing.T) {
 		}
 	}
 	if src["MIGHTYETL_WORKER_CONCURRENCY"].Source != SourceFlag || src["MIGHTYETL_LEASE_DURATION"].Source != SourceEnv ||
-		src["MIGHTYETL_LEASE_RENEW_INTERVAL"].Source != SourceDefault {
+		src["MIGHTYETL_LEASE_RENEW_INTERVAL"].Source != "derived" || src["MIGHTYETL_MAX_ATTEMPTS"].Source != SourceDefault {
 		t.Fatalf("sources: %+v", src)
 	}
 	if !strings.Contains(src["DATABASE_URL"].Value, "db.internal") {
@@ -112,5 +112,81 @@ func TestRecordRejectionCountsInATextfile(t *testing.T) {
 	}
 	if err := RecordRejection("", "worker"); err != nil {
 		t.Fatal("empty dir must do nothing")
+	}
+}
+
+// TestLeaseAloneDerivesRenewIntervalAndMargin is issue 13 item 9: setting
+// only MIGHTYETL_LEASE_DURATION is accepted; the renewal interval becomes a
+// third of the lease and the safety margin a sixth, both truncated to whole
+// milliseconds, and provenance says they were derived. The default lease
+// gives today's 10s and 5s.
+func TestLeaseAloneDerivesRenewIntervalAndMargin(t *testing.T) {
+	cases := []struct {
+		lease              string
+		interval, margin   time.Duration
+		intervalV, marginV string
+	}{
+		{"10s", 3333 * time.Millisecond, 1666 * time.Millisecond, "3.333s", "1.666s"},
+		{"", 10 * time.Second, 5 * time.Second, "10s", "5s"}, // the default lease
+		{"1s", 333 * time.Millisecond, 166 * time.Millisecond, "333ms", "166ms"},
+		{"2m", 40 * time.Second, 20 * time.Second, "40s", "20s"},
+	}
+	for _, c := range cases {
+		w, l, err := LoadWorker(nil, env(map[string]string{"MIGHTYETL_LEASE_DURATION": c.lease}))
+		if err != nil {
+			t.Errorf("lease %q alone refused: %v", c.lease, err)
+			continue
+		}
+		if w.RenewInterval != c.interval || w.SafetyMargin != c.margin {
+			t.Errorf("lease %q: interval %s margin %s, want %s and %s", c.lease, w.RenewInterval, w.SafetyMargin, c.interval, c.margin)
+		}
+		src := map[string]Setting{}
+		for _, s := range l.Provenance() {
+			src[s.Name] = s
+		}
+		if s := src["MIGHTYETL_LEASE_RENEW_INTERVAL"]; s.Source != "derived" || s.Value != c.intervalV {
+			t.Errorf("lease %q: interval provenance %+v, want %s derived", c.lease, s, c.intervalV)
+		}
+		if s := src["MIGHTYETL_LEASE_SAFETY_MARGIN"]; s.Source != "derived" || s.Value != c.marginV {
+			t.Errorf("lease %q: margin provenance %+v, want %s derived", c.lease, s, c.marginV)
+		}
+	}
+}
+
+// TestExplicitLeaseScheduleIsStillValidated: derivation fills only unset
+// values; an explicit interval or margin that does not fit the lease is
+// refused with one line naming it, and an explicit value is reported as
+// such while the other one is derived.
+func TestExplicitLeaseScheduleIsStillValidated(t *testing.T) {
+	refused := []struct {
+		env     map[string]string
+		setting string
+	}{
+		{map[string]string{"MIGHTYETL_LEASE_DURATION": "10s", "MIGHTYETL_LEASE_RENEW_INTERVAL": "10s"}, "MIGHTYETL_LEASE_RENEW_INTERVAL"},
+		{map[string]string{"MIGHTYETL_LEASE_DURATION": "10s", "MIGHTYETL_LEASE_RENEW_INTERVAL": "4s"}, "MIGHTYETL_LEASE_RENEW_INTERVAL"},
+		{map[string]string{"MIGHTYETL_LEASE_RENEW_INTERVAL": "0s"}, "MIGHTYETL_LEASE_RENEW_INTERVAL"},
+		{map[string]string{"MIGHTYETL_LEASE_RENEW_INTERVAL": "-1s"}, "MIGHTYETL_LEASE_RENEW_INTERVAL"},
+		{map[string]string{"MIGHTYETL_LEASE_RENEW_INTERVAL": "30s"}, "MIGHTYETL_LEASE_RENEW_INTERVAL"},
+		{map[string]string{"MIGHTYETL_LEASE_DURATION": "10s", "MIGHTYETL_LEASE_RENEW_INTERVAL": "3s", "MIGHTYETL_LEASE_SAFETY_MARGIN": "8s"}, "MIGHTYETL_LEASE_RENEW_INTERVAL"},
+		{map[string]string{"MIGHTYETL_LEASE_DURATION": "10s", "MIGHTYETL_LEASE_SAFETY_MARGIN": "8s"}, "MIGHTYETL_LEASE_SAFETY_MARGIN"},
+	}
+	for _, c := range refused {
+		_, _, err := LoadWorker(nil, env(c.env))
+		if err == nil || !strings.HasPrefix(err.Error(), c.setting+": ") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%v: got %v, want one line naming %s", c.env, err, c.setting)
+		}
+	}
+	w, l, err := LoadWorker([]string{"-renew-interval", "2s"}, env(map[string]string{"MIGHTYETL_LEASE_DURATION": "10s"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := map[string]Setting{}
+	for _, s := range l.Provenance() {
+		src[s.Name] = s
+	}
+	if w.RenewInterval != 2*time.Second || src["MIGHTYETL_LEASE_RENEW_INTERVAL"].Source != SourceFlag ||
+		w.SafetyMargin != 1666*time.Millisecond || src["MIGHTYETL_LEASE_SAFETY_MARGIN"].Source != "derived" {
+		t.Fatalf("got interval %s margin %s, provenance %+v %+v", w.RenewInterval, w.SafetyMargin,
+			src["MIGHTYETL_LEASE_RENEW_INTERVAL"], src["MIGHTYETL_LEASE_SAFETY_MARGIN"])
 	}
 }

@@ -22,8 +22,8 @@ type Worker struct {
 	Concurrency     int           // MIGHTYETL_WORKER_CONCURRENCY, default 8 (1..10000)
 	PollInterval    time.Duration // MIGHTYETL_WORKER_POLL_INTERVAL, default 1s (10ms..1h)
 	LeaseDuration   time.Duration // MIGHTYETL_LEASE_DURATION, default 30s (1s..24h)
-	RenewInterval   time.Duration // MIGHTYETL_LEASE_RENEW_INTERVAL, default 10s
-	SafetyMargin    time.Duration // MIGHTYETL_LEASE_SAFETY_MARGIN, default 5s
+	RenewInterval   time.Duration // MIGHTYETL_LEASE_RENEW_INTERVAL, default RenewIntervalFor(lease): 10s for 30s
+	SafetyMargin    time.Duration // MIGHTYETL_LEASE_SAFETY_MARGIN, default SafetyMarginFor(lease): 5s for 30s
 	MaxAttempts     int           // MIGHTYETL_MAX_ATTEMPTS, default 3 (1..100); applied at insert
 	RetryBaseDelay  time.Duration // MIGHTYETL_RETRY_BASE_DELAY, default 1s
 	RetryMaxDelay   time.Duration // MIGHTYETL_RETRY_MAX_DELAY, default 5m
@@ -59,8 +59,12 @@ func RegisterWorker(l *Loader, dst *Worker) {
 	l.Int(&dst.Concurrency, "MIGHTYETL_WORKER_CONCURRENCY", "concurrency", 8, 1, 10000, "execution slots")
 	l.Duration(&dst.PollInterval, "MIGHTYETL_WORKER_POLL_INTERVAL", "poll-interval", time.Second, 10*time.Millisecond, time.Hour, "fallback claim poll interval")
 	l.Duration(&dst.LeaseDuration, "MIGHTYETL_LEASE_DURATION", "lease-duration", 30*time.Second, time.Second, 24*time.Hour, "lease length (database clock)")
-	l.Duration(&dst.RenewInterval, "MIGHTYETL_LEASE_RENEW_INTERVAL", "renew-interval", 10*time.Second, time.Millisecond, 24*time.Hour, "lease renewal interval")
-	l.Duration(&dst.SafetyMargin, "MIGHTYETL_LEASE_SAFETY_MARGIN", "safety-margin", 5*time.Second, 0, 24*time.Hour, "minimum lease time kept in hand")
+	l.DerivedDuration(&dst.RenewInterval, "MIGHTYETL_LEASE_RENEW_INTERVAL", "renew-interval",
+		func() time.Duration { return RenewIntervalFor(dst.LeaseDuration) }, time.Millisecond, 24*time.Hour,
+		"lease renewal interval (default: a third of the lease, whole milliseconds)")
+	l.DerivedDuration(&dst.SafetyMargin, "MIGHTYETL_LEASE_SAFETY_MARGIN", "safety-margin",
+		func() time.Duration { return SafetyMarginFor(dst.LeaseDuration) }, 0, 24*time.Hour,
+		"minimum lease time kept in hand (default: a sixth of the lease, whole milliseconds)")
 	l.Int(&dst.MaxAttempts, "MIGHTYETL_MAX_ATTEMPTS", "max-attempts", 3, 1, 100, "attempts per job")
 	l.Duration(&dst.RetryBaseDelay, "MIGHTYETL_RETRY_BASE_DELAY", "retry-base-delay", time.Second, 0, time.Hour, "backoff base")
 	l.Duration(&dst.RetryMaxDelay, "MIGHTYETL_RETRY_MAX_DELAY", "retry-max-delay", 5*time.Minute, 0, 24*time.Hour, "backoff cap")
@@ -69,6 +73,22 @@ func RegisterWorker(l *Loader, dst *Worker) {
 	l.Int(&dst.MaxBatchRecords, "MIGHTYETL_MAX_BATCH_RECORDS", "max-batch-records", 1000, 1, 100000, "records per job")
 	l.Duration(&dst.MaxJobDuration, "MIGHTYETL_MAX_JOB_DURATION", "max-job-duration", 6*time.Hour, time.Second, 7*24*time.Hour, "longest one attempt of a job may run; past it the job fails etl_job_timeout")
 	RegisterNATS(l, &dst.NATS)
+}
+
+// RenewIntervalFor is the renewal interval used when
+// MIGHTYETL_LEASE_RENEW_INTERVAL is not set: a third of the lease, truncated
+// to whole milliseconds (30s gives 10s, 10s gives 3.333s). Truncation keeps
+// it at most a third, so it always passes ValidateLease with
+// SafetyMarginFor(lease).
+func RenewIntervalFor(lease time.Duration) time.Duration {
+	return (lease / 3).Truncate(time.Millisecond)
+}
+
+// SafetyMarginFor is the safety margin used when
+// MIGHTYETL_LEASE_SAFETY_MARGIN is not set: a sixth of the lease, truncated
+// to whole milliseconds (30s gives 5s, 10s gives 1.666s).
+func SafetyMarginFor(lease time.Duration) time.Duration {
+	return (lease / 6).Truncate(time.Millisecond)
 }
 
 func nonEmpty(s string) error {
@@ -104,6 +124,12 @@ func LoadWorker(args []string, getenv func(string) string) (Worker, *Loader, err
 	RegisterWorker(l, &w)
 	if err := l.Parse(); err != nil {
 		return w, l, err
+	}
+	// An explicit margin too large for the lease and a derived interval is
+	// the margin's fault, so name the margin.
+	if l.source("MIGHTYETL_LEASE_RENEW_INTERVAL") == SourceDerived && w.LeaseDuration-w.RenewInterval < w.SafetyMargin {
+		return w, l, fmt.Errorf("MIGHTYETL_LEASE_SAFETY_MARGIN: must be at most %s with MIGHTYETL_LEASE_DURATION %s (the lease minus the derived renewal interval %s; got %s)",
+			w.LeaseDuration-w.RenewInterval, w.LeaseDuration, w.RenewInterval, w.SafetyMargin)
 	}
 	if err := w.Validate(); err != nil {
 		return w, l, err

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -174,13 +173,4 @@ func EnsureDatabase(ctx context.Context, databaseURL string, log *slog.Logger) e
 func isDuplicateDatabase(err error) bool {
 	var pgErr interface{ SQLState() string }
 	return errors.As(err, &pgErr) && pgErr.SQLState() == "42P04"
-}
-
-// RedactURL returns databaseURL without its password, for messages.
-func RedactURL(databaseURL string) string {
-	u, err := url.Parse(databaseURL)
-	if err != nil {
-		return "(unparseable database url)"
-	}
-	return u.Redacted()
 }
