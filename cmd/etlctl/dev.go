@@ -74,7 +74,10 @@ func runDev(args []string) int {
 		}
 	}
 
-	// An embedded NATS server with JetStream when none is configured.
+	// An embedded NATS server with JetStream when none is configured. It
+	// listens on the loopback interface only and has no users and no TLS:
+	// any local process may publish job requests as any principal. The
+	// start-up output says so.
 	if os.Getenv("NATS_URL") == "" {
 		ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
 			StoreDir: filepath.Join(dir, "nats"), NoSigs: true, NoLog: true})
@@ -89,7 +92,8 @@ func runDev(args []string) int {
 		}
 		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
 		defaults["NATS_URL"] = ns.ClientURL()
-		log.Info("embedded NATS server started (temporary storage)")
+		log.Warn("embedded NATS server started: loopback only, unauthenticated, temporary storage")
+		fmt.Println("embedded NATS " + ns.ClientURL() + " (loopback only) is UNAUTHENTICATED: no users, no TLS, any local process may publish job requests as any principal; set NATS_URL to use a secured server")
 	}
 
 	icfg, _, err := config.LoadIntake(nil, getenv)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -125,6 +126,69 @@ func TestDevRunsTheWholeSystem(t *testing.T) {
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("dev did not stop on SIGTERM")
+	}
+}
+
+// TestDevEmbeddedNATSIsLoopbackAndSaysUnauthenticated: the embedded NATS
+// server of `etlctl dev` listens on a loopback address and the start-up
+// output says plainly that it is unauthenticated.
+func TestDevEmbeddedNATSIsLoopbackAndSaysUnauthenticated(t *testing.T) {
+	_, url := pgtest.NewDatabase(t)
+	cmd := exec.Command(buildEtlctl(t), "dev")
+	env := []string{}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "NATS_URL=") && !strings.HasPrefix(kv, "MIGHTYETL_") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = append(env, "DATABASE_URL="+url, "MIGHTYETL_HTTP_ADDR=127.0.0.1:0", "MIGHTYETL_METRICS_ADDR=127.0.0.1:0")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var natsLine string
+	deadline := time.After(90 * time.Second)
+	for running := false; !running; {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("dev exited before it was running")
+			}
+			if strings.Contains(l, "nats://") {
+				natsLine = l
+			}
+			running = strings.HasPrefix(l, "mightyETL dev is running")
+		case <-deadline:
+			t.Fatal("dev not running within 90s")
+		}
+	}
+	if !strings.Contains(natsLine, "UNAUTHENTICATED") {
+		t.Fatalf("start-up output does not say the embedded NATS is unauthenticated; NATS line %q", natsLine)
+	}
+	m := regexp.MustCompile(`nats://([^ ]+):(\d+)`).FindStringSubmatch(natsLine)
+	if m == nil {
+		t.Fatalf("no NATS address in %q", natsLine)
+	}
+	if ip := net.ParseIP(m[1]); ip == nil || !ip.IsLoopback() {
+		t.Fatalf("embedded NATS listens on %q, want a loopback address", m[1])
 	}
 }
 

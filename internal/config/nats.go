@@ -42,6 +42,19 @@ type NATS struct {
 	// OutboxBatchSize is MIGHTYETL_OUTBOX_BATCH_SIZE, default 500, in [1, 10000]:
 	// rows of each class (advisory, lifecycle) per relay batch.
 	OutboxBatchSize int
+	// RequestsMaxBytes is MIGHTYETL_NATS_REQUESTS_MAX_BYTES, default 1 GiB,
+	// in [1 MiB, 1 TiB]: the request stream's size limit in bytes. New
+	// requests are refused while the stream is full.
+	RequestsMaxBytes int
+	// RequestsMaxPerPrincipal is MIGHTYETL_NATS_REQUESTS_MAX_PER_PRINCIPAL,
+	// default 10000, in [1, 10000000]: requests of one principal waiting in
+	// the stream; further ones of that principal are refused.
+	RequestsMaxPerPrincipal int
+	// RequestMaxDeliveries is MIGHTYETL_NATS_REQUEST_MAX_DELIVERIES, default
+	// 30, in [1, 1000]: deliveries of a request that keeps failing internally
+	// before it is terminated with a rejection (delays 1s doubling to 1m
+	// between them: about 24 minutes with the default).
+	RequestMaxDeliveries int
 }
 
 // Enabled reports whether a NATS server is configured.
@@ -70,6 +83,12 @@ func RegisterNATS(l *Loader, dst *NATS) {
 		time.Second, 10*time.Millisecond, time.Hour, "outbox relay fallback poll interval")
 	l.Int(&dst.OutboxBatchSize, "MIGHTYETL_OUTBOX_BATCH_SIZE", "outbox-batch-size",
 		500, 1, 10000, "outbox rows of each class per relay batch")
+	l.Int(&dst.RequestsMaxBytes, "MIGHTYETL_NATS_REQUESTS_MAX_BYTES", "nats-requests-max-bytes",
+		events.DefaultRequestsMaxBytes, 1<<20, 1<<40, "request stream size limit in bytes (new requests refused when full)")
+	l.Int(&dst.RequestsMaxPerPrincipal, "MIGHTYETL_NATS_REQUESTS_MAX_PER_PRINCIPAL", "nats-requests-max-per-principal",
+		events.DefaultRequestsMaxPerPrincipal, 1, 10_000_000, "requests of one principal waiting in the request stream")
+	l.Int(&dst.RequestMaxDeliveries, "MIGHTYETL_NATS_REQUEST_MAX_DELIVERIES", "nats-request-max-deliveries",
+		events.DefaultRequestMaxDeliveries, 1, 1000, "deliveries of a request that keeps failing before it is rejected")
 }
 
 // Validate checks what spans several NATS settings: the client certificate

@@ -158,24 +158,74 @@ func FuzzParseJobID(f *testing.F) {
 	})
 }
 
-func TestValidInbox(t *testing.T) {
+// TestReplyAllowedOnlyUnderThePrincipalsInbox pins the reply rule: a
+// literal subject under "_INBOX.<principal>." and nothing else, in
+// particular not another principal's inbox or the intake's own.
+func TestReplyAllowedOnlyUnderThePrincipalsInbox(t *testing.T) {
 	t.Parallel()
-	for s, ok := range map[string]bool{
-		"_INBOX.abc":                    true,
-		"_INBOX.abc.def":                true,
-		"":                              false,
-		"_INBOX.":                       false,
-		"_INBOX.a..b":                   false,
-		"_INBOX.*":                      false,
-		"_INBOX.>":                      false,
-		"_INBOX.a b":                    false,
-		"mightyetl.lifecycle.succeeded": false,
-		"_inbox.abc":                    false,
+	for _, c := range []struct {
+		principal, subject string
+		ok                 bool
+	}{
+		{"alice", "_INBOX.alice.abc", true},
+		{"alice", "_INBOX.alice.abc.def", true},
+		{"alice", "_INBOX.abc", false},
+		{"alice", "_INBOX.bob.abc", false},
+		{"alice", "_INBOX.alicex.abc", false},
+		{"alice", "_INBOX.alice", false},
+		{"alice", "_INBOX.alice.", false},
+		{"alice", "_INBOX.alice..b", false},
+		{"alice", "_INBOX.alice.*", false},
+		{"alice", "_INBOX.alice.>", false},
+		{"alice", "_INBOX.alice.a b", false},
+		{"alice", "_inbox.alice.abc", false},
+		{"alice", "mightyetl.lifecycle.succeeded", false},
+		{"alice", "", false},
+		{"", "_INBOX..abc", false},
+		{"alice", "_INBOX.alice." + strings.Repeat("a", 250), false},
 	} {
-		if validInbox(s) != ok {
-			t.Errorf("validInbox(%q) = %v, want %v", s, !ok, ok)
+		if replyAllowed(c.principal, c.subject) != c.ok {
+			t.Errorf("replyAllowed(%q, %q) = %v, want %v", c.principal, c.subject, !c.ok, c.ok)
 		}
 	}
+}
+
+func TestRequestKeyIsQualifiedByThePrincipal(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		principal, msgID, key string
+		ok                    bool
+	}{
+		{"alice", RequestMsgID("alice", "key-1"), "key-1", true},
+		{"alice", "alice:a:b", "a:b", true},
+		{"alice", "key-1", "", false},
+		{"alice", "bob:key-1", "", false},
+		{"alice", "alicex:key-1", "", false},
+		{"alice", "", "", false},
+		{"", ":key-1", "", false},
+	} {
+		key, ok := requestKey(c.principal, c.msgID)
+		if ok != c.ok || (ok && key != c.key) {
+			t.Errorf("requestKey(%q, %q) = %q, %v; want %q, %v", c.principal, c.msgID, key, ok, c.key, c.ok)
+		}
+	}
+}
+
+// FuzzReplyAllowed: whatever a producer puts in the header, an allowed reply
+// subject lies under the principal's own inbox prefix and has no wildcard.
+func FuzzReplyAllowed(f *testing.F) {
+	f.Add("alice", "_INBOX.alice.x")
+	f.Add("alice", "_INBOX.bob.x")
+	f.Add("alice", "_INBOX.alice.>")
+	f.Fuzz(func(t *testing.T, principal, subject string) {
+		if !replyAllowed(principal, subject) {
+			return
+		}
+		if !strings.HasPrefix(subject, "_INBOX."+principal+".") || strings.ContainsAny(subject, "*> \t\r\n") ||
+			strings.Contains(subject, "..") || strings.HasSuffix(subject, ".") {
+			t.Fatalf("replyAllowed(%q, %q)", principal, subject)
+		}
+	})
 }
 
 // logCounter counts log records by message.

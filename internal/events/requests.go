@@ -19,29 +19,100 @@ import (
 // ReplyToHeader names the inbox a producer wants the outcome of its request
 // sent to. JetStream does not keep a message's own reply subject (that one
 // receives the stream's PubAck), so the reply address travels as a header.
-// Only subjects under "_INBOX." are answered, so a producer cannot make the
-// intake publish to any other subject.
+// Only a literal subject under the requester's own inbox prefix
+// (ReplyInboxPrefix of the subject's principal, "_INBOX.<principal>.") is
+// answered; a request naming any other subject is rejected with
+// CodeReplySubjectForbidden and never handled, so a producer cannot make the
+// intake publish into another principal's inbox, the intake's own inboxes or
+// any other subject.
 const ReplyToHeader = "Mightyetl-Reply-To"
 
 // ErrorCodeHeader is set on a reply that carries a problem; its value is
 // the problem's errorCode.
 const ErrorCodeHeader = "Mightyetl-Error-Code"
 
-// CodePrincipalRequired is the errorCode of a request whose subject does not
-// end in exactly one principal token.
-const CodePrincipalRequired = "etl_idempotency_principal_required"
+// Request rejection codes decided by the consumer itself, before (or instead
+// of) the RequestHandler. Each is published on "<p>.rejections" and the
+// message is terminated.
+const (
+	// CodePrincipalRequired is the errorCode of a request whose subject does
+	// not end in exactly one principal token.
+	CodePrincipalRequired = "etl_idempotency_principal_required"
+	// CodeReplySubjectForbidden is the errorCode of a request whose
+	// ReplyToHeader is not a literal subject under its principal's
+	// ReplyInboxPrefix. The request is not handled and gets no reply.
+	CodeReplySubjectForbidden = "etl_reply_subject_forbidden"
+	// CodeMsgIDNotQualified is the errorCode of a request whose Nats-Msg-Id
+	// is not RequestMsgID(principal, key) for the subject's principal.
+	CodeMsgIDNotQualified = "etl_nats_msg_id_not_qualified"
+	// CodeDeliveriesExhausted is the errorCode of a request that failed
+	// internally on RequestConsumerOptions.MaxDeliveries deliveries.
+	CodeDeliveriesExhausted = "etl_request_deliveries_exhausted"
+)
+
+// RequestMsgID is the Nats-Msg-Id a producer sets on a request:
+// "<principal>:<idempotency key>", principal being the request subject's last
+// token. JetStream deduplicates Nats-Msg-Id per stream, not per subject; the
+// principal qualification keeps two principals' equal keys apart inside the
+// duplicate window. The consumer rejects a request whose id is not qualified
+// by its own subject's principal (CodeMsgIDNotQualified) and hands the
+// handler the key alone.
+func RequestMsgID(principal, key string) string { return principal + ":" + key }
+
+// ReplyInboxPrefix is the inbox prefix of principal's producers,
+// "_INBOX.<principal>": a producer connects with
+// nats.CustomInboxPrefix(ReplyInboxPrefix(principal)) and names a subject
+// under it in ReplyToHeader (nc.NewInbox() does). Replies go nowhere else.
+func ReplyInboxPrefix(principal string) string { return "_INBOX." + principal }
+
+// NewReplyInbox returns a fresh unique inbox subject under principal's
+// ReplyInboxPrefix, for a producer that does not use its connection's inbox
+// prefix for replies.
+func NewReplyInbox(principal string) string {
+	return ReplyInboxPrefix(principal) + strings.TrimPrefix(nats.NewInbox(), "_INBOX")
+}
 
 // Request stream retention. Stated here and in docs/operations/nats.md.
 const (
 	// RequestsMaxAge is how long an unconsumed request waits in the stream.
 	RequestsMaxAge = 24 * time.Hour
 	// RequestsDuplicateWindow is the smallest window JetStream allows.
-	// Idempotency is decided by the database per (principal, key); a long
-	// window would make JetStream drop a request of one principal whose
-	// Nats-Msg-Id equals another principal's, because JetStream deduplicates
-	// per stream, not per subject.
+	// Idempotency is decided by the database per (principal, key); ids are
+	// principal-qualified (RequestMsgID), and the window stays minimal so a
+	// producer that forges another principal's id (the server deduplicates
+	// before the consumer can reject it) can shadow that principal's request
+	// for at most this long.
 	RequestsDuplicateWindow = 100 * time.Millisecond
+	// DefaultRequestsMaxBytes is the request stream's size limit when none is
+	// configured: 1 GiB. New requests are refused (the producer's publish
+	// fails) while the stream is full.
+	DefaultRequestsMaxBytes = 1 << 30
+	// DefaultRequestsMaxPerPrincipal is the limit of waiting requests of one
+	// principal (one subject) when none is configured. Further requests of
+	// that principal are refused; other principals are not affected.
+	DefaultRequestsMaxPerPrincipal = 10000
 )
+
+// RequestsLimits are the request stream's size limits. Zero values take the
+// defaults noted.
+type RequestsLimits struct {
+	// MaxBytes caps the whole stream; zero means DefaultRequestsMaxBytes.
+	MaxBytes int64
+	// MaxPerPrincipal caps the messages of one subject, that is of one
+	// principal; zero means DefaultRequestsMaxPerPrincipal.
+	MaxPerPrincipal int64
+	// MaxMsgSize caps one message; zero means the server's max_payload.
+	MaxMsgSize int32
+}
+
+func (l *RequestsLimits) defaults() {
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = DefaultRequestsMaxBytes
+	}
+	if l.MaxPerPrincipal <= 0 {
+		l.MaxPerPrincipal = DefaultRequestsMaxPerPrincipal
+	}
+}
 
 // RequestHandler turns one request message into a job. It is OUR interface,
 // implemented by the intake.
@@ -51,8 +122,10 @@ const (
 // (the handler validates it with the HTTP header's rules); body is the raw
 // record array. The handler must commit before returning success.
 //
-// Results: err != nil means transient (database unavailable): the message is
-// redelivered after a delay. Otherwise problemCode != "" means the request
+// Results: err != nil means the request failed internally (database
+// unavailable, or anything else unexpected): the message is redelivered after
+// a growing delay, and terminated with a CodeDeliveriesExhausted rejection on
+// its RequestConsumerOptions.MaxDeliveries-th delivery. Otherwise problemCode != "" means the request
 // is invalid and never will be valid: the message is terminated and a
 // rejection published; reply may hold the problem document. Otherwise the
 // job is committed; reply holds the job representation. A redelivered
@@ -82,11 +155,25 @@ type RequestConsumerOptions struct {
 	AckWait time.Duration
 	// HandlerTimeout bounds one HandleRequest call; zero means 20s.
 	HandlerTimeout time.Duration
-	// RetryDelay is the redelivery delay after a transient error; zero means 1s.
+	// RetryDelay is the redelivery delay after the first internal failure;
+	// zero means 1s. It doubles with every further delivery up to
+	// MaxRetryDelay.
 	RetryDelay time.Duration
+	// MaxRetryDelay caps the redelivery delay; zero means 1 minute.
+	MaxRetryDelay time.Duration
+	// MaxDeliveries is how many deliveries a request that keeps failing
+	// internally gets before it is terminated with a CodeDeliveriesExhausted
+	// rejection; zero means DefaultRequestMaxDeliveries. The count is the
+	// server's delivery count, so deliveries that ended without an answer
+	// (a crashed or stopped intake, an expired ack wait) count too.
+	MaxDeliveries int
 	// MaxRequestBytes caps a request message in the stream; zero means the
 	// server's max_payload.
 	MaxRequestBytes int32
+	// StreamMaxBytes and StreamMaxPerPrincipal are the request stream's
+	// limits (RequestsLimits); zero means the defaults there.
+	StreamMaxBytes        int64
+	StreamMaxPerPrincipal int64
 	// SetupRetry is the pause between attempts to create the stream and
 	// consumer while NATS is unavailable; zero means 2s.
 	SetupRetry time.Duration
@@ -108,28 +195,48 @@ func (o *RequestConsumerOptions) defaults() {
 	if o.RetryDelay <= 0 {
 		o.RetryDelay = time.Second
 	}
+	if o.MaxRetryDelay <= 0 {
+		o.MaxRetryDelay = time.Minute
+	}
+	if o.MaxRetryDelay < o.RetryDelay {
+		o.MaxRetryDelay = o.RetryDelay
+	}
+	if o.MaxDeliveries <= 0 {
+		o.MaxDeliveries = DefaultRequestMaxDeliveries
+	}
 	if o.SetupRetry <= 0 {
 		o.SetupRetry = 2 * time.Second
 	}
 }
 
+// DefaultRequestMaxDeliveries is RequestConsumerOptions.MaxDeliveries when
+// none is configured. With the default delays (1s doubling to 1 minute) a
+// request is retried for about 24 minutes before it is rejected.
+const DefaultRequestMaxDeliveries = 30
+
 // RequestsStreamConfig is the request stream for the subjects s: name
 // "<P>_REQUESTS", subjects "<p>.requests.>", work-queue retention (a
-// message leaves once acked or terminated), age limit RequestsMaxAge, new
-// messages refused when full, file storage, duplicate window
+// message leaves once acked or terminated), age limit RequestsMaxAge, size
+// limits l (whole stream, per principal, per message), new messages refused
+// when full, both for the stream and for one principal's subject (so a
+// limit never discards a waiting request), file storage, duplicate window
 // RequestsDuplicateWindow.
-func RequestsStreamConfig(s Subjects, maxMsgSize int32) jetstream.StreamConfig {
+func RequestsStreamConfig(s Subjects, l RequestsLimits) jetstream.StreamConfig {
+	l.defaults()
 	return jetstream.StreamConfig{
-		Name:        s.RequestsStream(),
-		Description: "mightyETL job submissions (last token = principal, Nats-Msg-Id = idempotency key)",
-		Subjects:    []string{s.RequestsAll()},
-		Retention:   jetstream.WorkQueuePolicy,
-		Discard:     jetstream.DiscardNew,
-		MaxAge:      RequestsMaxAge,
-		MaxMsgSize:  maxMsgSize,
-		Duplicates:  RequestsDuplicateWindow,
-		Storage:     jetstream.FileStorage,
-		Replicas:    1,
+		Name:                 s.RequestsStream(),
+		Description:          "mightyETL job submissions (last token = principal, Nats-Msg-Id = <principal>:<idempotency key>)",
+		Subjects:             []string{s.RequestsAll()},
+		Retention:            jetstream.WorkQueuePolicy,
+		Discard:              jetstream.DiscardNew,
+		DiscardNewPerSubject: true,
+		MaxAge:               RequestsMaxAge,
+		MaxBytes:             l.MaxBytes,
+		MaxMsgsPerSubject:    l.MaxPerPrincipal,
+		MaxMsgSize:           l.MaxMsgSize,
+		Duplicates:           RequestsDuplicateWindow,
+		Storage:              jetstream.FileStorage,
+		Replicas:             1,
 	}
 }
 
@@ -229,15 +336,20 @@ func (c *RequestConsumer) Stop(ctx context.Context) error {
 func (c *RequestConsumer) setup(ctx context.Context) (jetstream.Consumer, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := EnsureStream(ctx, c.js, RequestsStreamConfig(c.subjects, c.opts.MaxRequestBytes)); err != nil {
+	limits := RequestsLimits{MaxBytes: c.opts.StreamMaxBytes, MaxPerPrincipal: c.opts.StreamMaxPerPrincipal, MaxMsgSize: c.opts.MaxRequestBytes}
+	if _, err := EnsureStream(ctx, c.js, RequestsStreamConfig(c.subjects, limits)); err != nil {
 		return nil, err
 	}
 	cons, err := c.js.CreateOrUpdateConsumer(ctx, c.subjects.RequestsStream(), jetstream.ConsumerConfig{
-		Durable:       c.opts.Durable,
-		Description:   "mightyETL intake: acks after the job's transaction commits",
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       c.opts.AckWait,
-		MaxDeliver:    -1, // transient failures retry until the database is back
+		Durable:     c.opts.Durable,
+		Description: "mightyETL intake: acks after the job's transaction commits",
+		AckPolicy:   jetstream.AckExplicitPolicy,
+		AckWait:     c.opts.AckWait,
+		// Unlimited on the server: the consumer counts deliveries itself
+		// (MaxDeliveries) so that it can terminate the message with a
+		// rejection; a server-side limit would leave it in the work queue,
+		// silently, until its age limit.
+		MaxDeliver:    -1,
 		MaxAckPending: 4 * c.opts.Concurrency,
 		FilterSubject: c.subjects.RequestsAll(),
 		DeliverPolicy: jetstream.DeliverAllPolicy,
@@ -329,10 +441,11 @@ func (c *RequestConsumer) consume(ctx context.Context, cons jetstream.Consumer) 
 	wg.Wait()
 }
 
-// handle runs the handler for one message and settles it: Ack after
-// success, Term plus rejection for a problem, Nak with delay for a transient
-// error. The handler's context outlives Stop (bounded by HandlerTimeout) so
-// a commit in progress is not torn down half-way.
+// handle decides one message and settles it: Ack after success, Term plus
+// rejection for a problem, Nak with a growing delay for an internal failure,
+// Term plus rejection once a message has had MaxDeliveries deliveries. The
+// handler's context outlives Stop (bounded by HandlerTimeout) so a commit in
+// progress is not torn down half-way.
 func (c *RequestConsumer) handle(ctx context.Context, msg jetstream.Msg) {
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.HandlerTimeout)
 	defer cancel()
@@ -341,25 +454,45 @@ func (c *RequestConsumer) handle(ctx context.Context, msg jetstream.Msg) {
 		code  string
 		err   error
 	)
+	delivered := uint64(1)
+	if md, merr := msg.Metadata(); merr == nil {
+		delivered = md.NumDelivered
+	}
 	principal, ok := c.subjects.principalOf(msg.Subject())
-	if !ok {
+	replyTo := msg.Headers().Get(ReplyToHeader)
+	key, qualified := requestKey(principal, msg.Headers().Get(jetstream.MsgIDHeader))
+	switch {
+	case !ok:
 		code = CodePrincipalRequired
-	} else {
-		reply, code, err = c.h.HandleRequest(hctx, principal, msg.Headers().Get(jetstream.MsgIDHeader), msg.Data())
+	case replyTo != "" && !replyAllowed(principal, replyTo):
+		code = CodeReplySubjectForbidden
+	case delivered > uint64(c.opts.MaxDeliveries):
+		// Earlier deliveries ended without a settlement (a crash, a stop,
+		// an expired ack wait): do not run it again.
+		code = CodeDeliveriesExhausted
+	case !qualified:
+		code = CodeMsgIDNotQualified
+	default:
+		reply, code, err = c.h.HandleRequest(hctx, principal, key, msg.Data())
+		if err != nil && delivered >= uint64(c.opts.MaxDeliveries) {
+			reply, code, err = nil, CodeDeliveriesExhausted, nil
+		}
 	}
 	switch {
 	case err != nil:
-		if nerr := msg.NakWithDelay(c.opts.RetryDelay); nerr != nil {
+		if nerr := msg.NakWithDelay(c.retryDelay(delivered)); nerr != nil {
 			c.m.Requests.WithLabelValues(metrics.RequestAckFailed).Inc()
 			return
 		}
 		c.m.Requests.WithLabelValues(metrics.RequestRetried).Inc()
 	case code != "":
-		if len(reply) == 0 {
-			reply, _ = json.Marshal(Rejection{ErrorCode: code})
-		}
-		c.answer(msg, reply, code)
 		body, _ := json.Marshal(Rejection{ErrorCode: code})
+		if len(reply) == 0 {
+			reply = body
+		}
+		if ok && code != CodeReplySubjectForbidden {
+			c.answer(principal, replyTo, reply, code)
+		}
 		_ = c.nc.Publish(c.subjects.Rejections(), body) // advisory; the reply carries it too
 		if terr := msg.Term(); terr != nil {            // not TermWithReason: servers before 2.10 ignore a reasoned term
 			c.m.Requests.WithLabelValues(metrics.RequestAckFailed).Inc()
@@ -374,16 +507,25 @@ func (c *RequestConsumer) handle(ctx context.Context, msg jetstream.Msg) {
 			return
 		}
 		c.m.Requests.WithLabelValues(metrics.RequestAccepted).Inc()
-		c.answer(msg, reply, "")
+		c.answer(principal, replyTo, reply, "")
 	}
 }
 
-// answer sends reply to the message's ReplyToHeader inbox, if it names one
-// under "_INBOX.". Best effort: a producer that misses it can look the job
-// up by its key.
-func (c *RequestConsumer) answer(msg jetstream.Msg, reply []byte, code string) {
-	to := msg.Headers().Get(ReplyToHeader)
-	if !validInbox(to) {
+// retryDelay is the redelivery delay after the delivered-th delivery failed:
+// RetryDelay doubled for each earlier delivery, at most MaxRetryDelay.
+func (c *RequestConsumer) retryDelay(delivered uint64) time.Duration {
+	d := c.opts.RetryDelay
+	for i := uint64(1); i < delivered && d < c.opts.MaxRetryDelay; i++ {
+		d *= 2
+	}
+	return min(d, c.opts.MaxRetryDelay)
+}
+
+// answer sends reply to the requester's inbox to, when it is one
+// (replyAllowed). Best effort: a producer that misses it can look the job up
+// by its key.
+func (c *RequestConsumer) answer(principal, to string, reply []byte, code string) {
+	if to == "" || !replyAllowed(principal, to) {
 		return
 	}
 	out := nats.NewMsg(to)
@@ -394,11 +536,25 @@ func (c *RequestConsumer) answer(msg jetstream.Msg, reply []byte, code string) {
 	_ = c.nc.PublishMsg(out)
 }
 
-// validInbox accepts a literal subject under "_INBOX.": no wildcards, no
-// empty tokens, no white space.
-func validInbox(s string) bool {
-	rest, ok := strings.CutPrefix(s, "_INBOX.")
-	if !ok || rest == "" || len(s) > 256 {
+// requestKey returns the idempotency key of a Nats-Msg-Id qualified by
+// principal (RequestMsgID), and false when msgID is not qualified by it. The
+// key itself is validated by the handler.
+func requestKey(principal, msgID string) (string, bool) {
+	if principal == "" {
+		return "", false
+	}
+	return strings.CutPrefix(msgID, principal+":")
+}
+
+// replyAllowed accepts a literal subject under principal's inbox prefix,
+// "_INBOX.<principal>.<one or more tokens>": no wildcards, no empty tokens,
+// no white space, at most 256 characters.
+func replyAllowed(principal, s string) bool {
+	if principal == "" || len(s) > 256 {
+		return false
+	}
+	rest, ok := strings.CutPrefix(s, ReplyInboxPrefix(principal)+".")
+	if !ok || rest == "" {
 		return false
 	}
 	for _, tok := range strings.Split(rest, ".") {

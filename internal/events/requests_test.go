@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -71,7 +72,7 @@ type requestFixture struct {
 	c        *RequestConsumer
 }
 
-func newRequestFixture(t *testing.T, h RequestHandler) requestFixture {
+func newRequestFixture(t *testing.T, h RequestHandler, tune ...func(*RequestConsumerOptions)) requestFixture {
 	t.Helper()
 	nc := natstest.Connect(t, natstest.URL(t))
 	js, err := jetstream.New(nc)
@@ -80,9 +81,14 @@ func newRequestFixture(t *testing.T, h RequestHandler) requestFixture {
 	}
 	s, _ := NewSubjects(natstest.Prefix(t))
 	m := metrics.NewEvents(nil)
-	c, err := NewRequestConsumer(nc, s.Prefix(), h, nil, m, RequestConsumerOptions{
+	opts := RequestConsumerOptions{
 		Concurrency: 2, AckWait: 5 * time.Second, HandlerTimeout: 4 * time.Second, RetryDelay: 20 * time.Millisecond,
-	})
+		MaxRetryDelay: 20 * time.Millisecond,
+	}
+	for _, tf := range tune {
+		tf(&opts)
+	}
+	c, err := NewRequestConsumer(nc, s.Prefix(), h, nil, m, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,11 +111,14 @@ func newRequestFixture(t *testing.T, h RequestHandler) requestFixture {
 	return requestFixture{nc: nc, js: js, subjects: s, m: m, c: c}
 }
 
-// submit publishes a request through JetStream with a reply inbox and
-// returns the inbox subscription.
-func (f requestFixture) submit(t *testing.T, subject, key, body string) *nats.Subscription {
+// submit publishes a request of principal through JetStream the way the
+// producer convention says (docs/operations/nats.md): Nats-Msg-Id
+// RequestMsgID(principal, key), a reply inbox under
+// ReplyInboxPrefix(principal). subject is normally principal's request
+// subject. It returns the inbox subscription.
+func (f requestFixture) submit(t *testing.T, subject, principal, key, body string) *nats.Subscription {
 	t.Helper()
-	inbox := nats.NewInbox()
+	inbox := NewReplyInbox(principal)
 	sub, err := f.nc.SubscribeSync(inbox)
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +126,7 @@ func (f requestFixture) submit(t *testing.T, subject, key, body string) *nats.Su
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	msg := nats.NewMsg(subject)
 	msg.Data = []byte(body)
-	msg.Header.Set(jetstream.MsgIDHeader, key)
+	msg.Header.Set(jetstream.MsgIDHeader, RequestMsgID(principal, key))
 	msg.Header.Set(ReplyToHeader, inbox)
 	if _, err := f.js.PublishMsg(t.Context(), msg); err != nil {
 		t.Fatalf("publish request: %v", err)
@@ -168,7 +177,7 @@ func TestRequestAcceptedAckedAfterHandlerAndAnswered(t *testing.T) {
 		return []byte(`{"jobId":"x"}`), "", nil
 	}}
 	f := newRequestFixture(t, h)
-	reply := f.submit(t, f.requestsSubject(t, "producer-1"), "key-0000000000000001", `[{"name":"a"}]`)
+	reply := f.submit(t, f.requestsSubject(t, "producer-1"), "producer-1", "key-0000000000000001", `[{"name":"a"}]`)
 
 	// While the handler has not returned, the message is delivered but not acked.
 	testwait.For(t, 10*time.Second, "message delivered, ack pending", func() bool {
@@ -211,7 +220,7 @@ func TestRequestPoisonIsTerminatedWithRejection(t *testing.T) {
 	if err := f.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	reply := f.submit(t, f.requestsSubject(t, "producer-1"), "bad key", `[]`)
+	reply := f.submit(t, f.requestsSubject(t, "producer-1"), "producer-1", "bad key", `[]`)
 
 	msg, err := reply.NextMsg(10 * time.Second)
 	if err != nil {
@@ -244,17 +253,17 @@ func TestRequestSubjectWithoutSinglePrincipalTokenIsRejected(t *testing.T) {
 	t.Parallel()
 	h := &fakeHandler{script: func(int, call) ([]byte, string, error) { return nil, "", errors.New("must not be called") }}
 	f := newRequestFixture(t, h)
-	reply := f.submit(t, f.subjects.Prefix()+".requests.a.b", "key-0000000000000002", `[]`)
-	msg, err := reply.NextMsg(10 * time.Second)
-	if err != nil {
-		t.Fatalf("no reply: %v", err)
-	}
-	if msg.Header.Get(ErrorCodeHeader) != CodePrincipalRequired {
-		t.Fatalf("reply header = %v", msg.Header)
-	}
+	rejections := f.rejections(t)
+	// No single principal token, so no inbox the reply could be bound to:
+	// the rejection is the only answer.
+	reply := f.submit(t, f.subjects.Prefix()+".requests.a.b", "b", "key-0000000000000002", `[]`)
+	f.wantRejection(t, rejections, CodePrincipalRequired)
 	f.settled(t)
 	if n := len(h.callsFor("key-0000000000000002")); n != 0 {
 		t.Fatalf("handler called %d times", n)
+	}
+	if m, err := reply.NextMsg(100 * time.Millisecond); err == nil {
+		t.Fatalf("reply without a principal: %s", m.Data)
 	}
 }
 
@@ -267,7 +276,7 @@ func TestRequestTransientErrorIsRedeliveredAndConverges(t *testing.T) {
 		return []byte(`{"jobId":"same"}`), "", nil
 	}}
 	f := newRequestFixture(t, h)
-	reply := f.submit(t, f.requestsSubject(t, "producer-2"), "key-0000000000000003", `[]`)
+	reply := f.submit(t, f.requestsSubject(t, "producer-2"), "producer-2", "key-0000000000000003", `[]`)
 	msg, err := reply.NextMsg(10 * time.Second)
 	if err != nil {
 		t.Fatalf("no reply: %v", err)
@@ -284,34 +293,245 @@ func TestRequestTransientErrorIsRedeliveredAndConverges(t *testing.T) {
 	}
 }
 
-func TestRequestReplyOnlyToInboxes(t *testing.T) {
+// TestRequestFailingInternallyIsTerminatedAfterMaxDeliveries: a request
+// whose handling keeps failing gets MaxDeliveries attempts, then it is
+// terminated, answered and rejected payload-free, instead of coming back
+// forever.
+func TestRequestFailingInternallyIsTerminatedAfterMaxDeliveries(t *testing.T) {
+	t.Parallel()
+	h := &fakeHandler{script: func(int, call) ([]byte, string, error) {
+		return nil, "", errors.New("fails every time")
+	}}
+	f := newRequestFixture(t, h, func(o *RequestConsumerOptions) { o.MaxDeliveries = 3 })
+	rejections := f.rejections(t)
+	reply := f.submit(t, f.requestsSubject(t, "producer-5"), "producer-5", "key-0000000000000005", `[{"id":"x"}]`)
+	msg, err := reply.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("no reply: %v", err)
+	}
+	if msg.Header.Get(ErrorCodeHeader) != CodeDeliveriesExhausted {
+		t.Fatalf("reply header = %v", msg.Header)
+	}
+	f.wantRejection(t, rejections, CodeDeliveriesExhausted)
+	f.settled(t)
+	f.streamEmpty(t)
+	if n := len(h.callsFor("key-0000000000000005")); n != 3 {
+		t.Fatalf("handler calls = %d, want 3 (MaxDeliveries)", n)
+	}
+	if got := testutil.ToFloat64(f.m.Requests.WithLabelValues(metrics.RequestRetried)); got != 2 {
+		t.Fatalf("retried = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(f.m.Requests.WithLabelValues(metrics.RequestRejected)); got != 1 {
+		t.Fatalf("rejected = %v, want 1", got)
+	}
+}
+
+func TestRetryDelayGrowsToItsCap(t *testing.T) {
+	t.Parallel()
+	c := &RequestConsumer{opts: RequestConsumerOptions{}}
+	c.opts.defaults()
+	for delivered, want := range map[uint64]time.Duration{
+		1: time.Second, 2: 2 * time.Second, 6: 32 * time.Second, 7: time.Minute, 30: time.Minute, 1 << 40: time.Minute,
+	} {
+		if got := c.retryDelay(delivered); got != want {
+			t.Errorf("retryDelay(%d) = %v, want %v", delivered, got, want)
+		}
+	}
+}
+
+// TestRequestReplyOnlyToTheRequestersInbox: a reply subject outside the
+// requester's own inbox prefix (another principal's inbox, any other
+// "_INBOX." subject, a lifecycle subject) gets the request rejected,
+// unhandled, and nothing is published there.
+func TestRequestReplyOnlyToTheRequestersInbox(t *testing.T) {
 	t.Parallel()
 	h := &fakeHandler{script: func(int, call) ([]byte, string, error) { return []byte("ok"), "", nil }}
 	f := newRequestFixture(t, h)
-	// A producer asks for the reply on a lifecycle subject: it is not sent.
-	target := f.subjects.Prefix() + ".lifecycle.succeeded"
-	spy, err := f.nc.SubscribeSync(target)
+	rejections := f.rejections(t)
+	for i, target := range []string{
+		ReplyInboxPrefix("producer-4") + ".stolen", // another principal's inbox
+		"_INBOX.abcdef", // any inbox, e.g. the intake's own
+		f.subjects.Prefix() + ".lifecycle.succeeded",
+	} {
+		spy, err := f.nc.SubscribeSync(target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		key := fmt.Sprintf("key-reply-%010d", i)
+		msg := nats.NewMsg(f.requestsSubject(t, "producer-3"))
+		msg.Header.Set(jetstream.MsgIDHeader, RequestMsgID("producer-3", key))
+		msg.Header.Set(ReplyToHeader, target)
+		if _, err := f.js.PublishMsg(t.Context(), msg); err != nil {
+			t.Fatal(err)
+		}
+		f.wantRejection(t, rejections, CodeReplySubjectForbidden)
+		f.settled(t)
+		if n := len(h.callsFor(key)); n != 0 {
+			t.Fatalf("request with reply subject %q handled %d times", target, n)
+		}
+		// The consumer publishes any reply before the rejection, over the
+		// same connection, and the rejection has arrived.
+		if m, err := spy.NextMsg(100 * time.Millisecond); err == nil {
+			t.Fatalf("reply went to %q: %s", target, m.Data)
+		}
+		_ = spy.Unsubscribe()
+	}
+	// The requester's own inbox is answered.
+	reply := f.submit(t, f.requestsSubject(t, "producer-3"), "producer-3", "key-reply-own-0001", `[]`)
+	if m, err := reply.NextMsg(10 * time.Second); err != nil || string(m.Data) != "ok" {
+		t.Fatalf("own inbox reply = %v, %v", m, err)
+	}
+}
+
+// TestRequestIDsAreQualifiedByPrincipal: two principals that use the same
+// idempotency key at the same moment both get their job (the stream never
+// takes one for a duplicate of the other), the handler sees the bare key,
+// and an id that is not qualified by the subject's principal is rejected.
+func TestRequestIDsAreQualifiedByPrincipal(t *testing.T) {
+	t.Parallel()
+	h := &fakeHandler{script: func(_ int, c call) ([]byte, string, error) { return []byte(c.principal), "", nil }}
+	f := newRequestFixture(t, h)
+	rejections := f.rejections(t)
+	const key = "key-shared-0000000001"
+	for _, p := range []string{"producer-a", "producer-b"} {
+		msg := nats.NewMsg(f.requestsSubject(t, p))
+		msg.Header.Set(jetstream.MsgIDHeader, RequestMsgID(p, key))
+		ack, err := f.js.PublishMsg(t.Context(), msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ack.Duplicate {
+			t.Fatalf("%s's request taken for a duplicate", p)
+		}
+	}
+	testwait.For(t, 10*time.Second, "both requests handled with the bare key", func() bool { return len(h.callsFor(key)) == 2 })
+	got := map[string]bool{}
+	for _, c := range h.callsFor(key) {
+		got[c.principal] = true
+	}
+	if !got["producer-a"] || !got["producer-b"] {
+		t.Fatalf("calls = %+v", h.callsFor(key))
+	}
+	// Unqualified, or qualified by another principal: rejected, unhandled.
+	for _, id := range []string{"key-unqualified-01", RequestMsgID("producer-a", "key-forged-00001")} {
+		msg := nats.NewMsg(f.requestsSubject(t, "producer-c"))
+		msg.Header.Set(jetstream.MsgIDHeader, id)
+		if _, err := f.js.PublishMsg(t.Context(), msg); err != nil {
+			t.Fatal(err)
+		}
+		f.wantRejection(t, rejections, CodeMsgIDNotQualified)
+	}
+	f.settled(t)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range h.calls {
+		if c.principal == "producer-c" {
+			t.Fatalf("unqualified request handled: %+v", c)
+		}
+	}
+}
+
+// TestRequestStreamLimits: the request stream is bounded in bytes and per
+// principal, an existing stream without limits gets them, and a principal
+// at its limit is refused while another principal is not.
+func TestRequestStreamLimits(t *testing.T) {
+	t.Parallel()
+	nc := natstest.Connect(t, natstest.URL(t))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := NewSubjects(natstest.Prefix(t))
+	// A stream as an older intake made it: no size limits.
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{
+		Name: s.RequestsStream(), Subjects: []string{s.RequestsAll()}, Retention: jetstream.WorkQueuePolicy,
+		Discard: jetstream.DiscardNew, MaxAge: RequestsMaxAge, Duplicates: RequestsDuplicateWindow, Storage: jetstream.FileStorage,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), s.RequestsStream()) })
+	gate := make(chan struct{}) // never opened: nothing is acknowledged
+	h := &fakeHandler{gate: gate, script: func(int, call) ([]byte, string, error) { return nil, "", nil }}
+	c, err := NewRequestConsumer(nc, s.Prefix(), h, nil, nil, RequestConsumerOptions{
+		Concurrency: 1, AckWait: 5 * time.Second, HandlerTimeout: 4 * time.Second,
+		StreamMaxBytes: 1 << 20, StreamMaxPerPrincipal: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = c.Stop(ctx)
+	})
+	var cfg jetstream.StreamConfig
+	testwait.For(t, 10*time.Second, "stream updated with limits", func() bool {
+		st, err := js.Stream(t.Context(), s.RequestsStream())
+		if err != nil {
+			return false
+		}
+		info, err := st.Info(t.Context())
+		if err != nil {
+			return false
+		}
+		cfg = info.Config
+		return cfg.MaxMsgsPerSubject == 2
+	})
+	if cfg.MaxBytes != 1<<20 || !cfg.DiscardNewPerSubject || cfg.Discard != jetstream.DiscardNew {
+		t.Fatalf("stream limits = max_bytes %d, discard_new_per_subject %v, discard %v", cfg.MaxBytes, cfg.DiscardNewPerSubject, cfg.Discard)
+	}
+	publish := func(principal, key string) error {
+		subject, _ := s.Requests(principal)
+		msg := nats.NewMsg(subject)
+		msg.Header.Set(jetstream.MsgIDHeader, RequestMsgID(principal, key))
+		_, err := js.PublishMsg(t.Context(), msg)
+		return err
+	}
+	for i := range 2 {
+		if err := publish("producer-x", fmt.Sprintf("key-limit-%08d", i)); err != nil {
+			t.Fatalf("request %d within the limit: %v", i, err)
+		}
+	}
+	if err := publish("producer-x", "key-limit-over-0001"); err == nil {
+		t.Fatal("a third waiting request of one principal was accepted")
+	}
+	if err := publish("producer-y", "key-limit-other-001"); err != nil {
+		t.Fatalf("another principal refused: %v", err)
+	}
+}
+
+// rejections subscribes to the rejection subject.
+func (f requestFixture) rejections(t *testing.T) *nats.Subscription {
+	t.Helper()
+	sub, err := f.nc.SubscribeSync(f.subjects.Rejections())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := f.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	msg := nats.NewMsg(f.requestsSubject(t, "producer-3"))
-	msg.Header.Set(jetstream.MsgIDHeader, "key-0000000000000004")
-	msg.Header.Set(ReplyToHeader, target)
-	if _, err := f.js.PublishMsg(t.Context(), msg); err != nil {
+	return sub
+}
+
+// wantRejection waits for the next rejection and checks that it is exactly
+// {"errorCode": code}.
+func (f requestFixture) wantRejection(t *testing.T, sub *nats.Subscription, code string) {
+	t.Helper()
+	rej, err := sub.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("no rejection (want %s): %v", code, err)
+	}
+	var body map[string]any
+	if err := json.Unmarshal(rej.Data, &body); err != nil {
 		t.Fatal(err)
 	}
-	f.settled(t)
-	if len(h.callsFor("key-0000000000000004")) != 1 {
-		t.Fatal("request not handled")
-	}
-	// Everything f.nc's consumer published precedes this round trip.
-	if err := f.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if m, err := spy.NextMsg(200 * time.Millisecond); err == nil {
-		t.Fatalf("reply went to a non-inbox subject: %s", m.Data)
+	if len(body) != 1 || body["errorCode"] != code {
+		t.Fatalf("rejection = %s, want only errorCode %s", rej.Data, code)
 	}
 }

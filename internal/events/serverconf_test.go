@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -43,8 +44,8 @@ func TestSampleServerConfigPermissions(t *testing.T) {
 		t.Fatal("server not ready")
 	}
 	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	connect := func(user, password string) *nats.Conn {
-		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, password))
+	connect := func(user, password string, opts ...nats.Option) *nats.Conn {
+		nc, err := nats.Connect(srv.ClientURL(), append(opts, nats.UserInfo(user, password))...)
 		if err != nil {
 			t.Fatalf("connect as %s: %v", user, err)
 		}
@@ -74,10 +75,12 @@ func TestSampleServerConfigPermissions(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.Stop(context.Background()) })
 
-	// producer: its own subject works and gets the reply.
-	alice := connect("producer-alice", "alice-pw")
+	// producer: its own subject works and gets the reply in its own inbox
+	// (the producer convention: inbox prefix "_INBOX.<principal>",
+	// Nats-Msg-Id "<principal>:<key>").
+	alice := connect("producer-alice", "alice-pw", nats.CustomInboxPrefix(ReplyInboxPrefix("producer-alice")))
 	ajs, _ := jetstream.New(alice, jetstream.WithDefaultTimeout(2*time.Second))
-	inbox := nats.NewInbox()
+	inbox := alice.NewInbox()
 	sub, err := alice.SubscribeSync(inbox)
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +88,7 @@ func TestSampleServerConfigPermissions(t *testing.T) {
 	req := func(subject string) error {
 		msg := nats.NewMsg(subject)
 		msg.Header.Set(ReplyToHeader, inbox)
-		msg.Header.Set(jetstream.MsgIDHeader, "key-0000000000000001")
+		msg.Header.Set(jetstream.MsgIDHeader, RequestMsgID("producer-alice", "key-0000000000000001"))
 		_, err := ajs.PublishMsg(ctx, msg)
 		return err
 	}
@@ -96,6 +99,54 @@ func TestSampleServerConfigPermissions(t *testing.T) {
 	// producer: another principal's subject is refused.
 	if err := req("mightyetl.requests.producer-bob"); err == nil {
 		t.Fatal("alice published as bob")
+	}
+	// producer: it cannot listen to other inboxes (another producer's
+	// replies, the intake's JetStream API responses).
+	for _, foreign := range []string{"_INBOX.producer-bob.x", "_INBOX.>"} {
+		errs := make(chan error, 1)
+		probe := connect("producer-alice", "alice-pw", nats.CustomInboxPrefix(ReplyInboxPrefix("producer-alice")),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+				select {
+				case errs <- err:
+				default:
+				}
+			}))
+		if _, err := probe.SubscribeSync(foreign); err != nil {
+			t.Fatal(err)
+		}
+		if err := probe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-errs:
+			if !errors.Is(err, nats.ErrPermissionViolation) {
+				t.Fatalf("alice subscribes to %s: %v", foreign, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("alice subscribed to %s", foreign)
+		}
+	}
+	// intake: it cannot publish into an inbox no producer of the sample owns.
+	intakeErrs := make(chan error, 1)
+	intakeProbe := connect("intake", "intake-pw", nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		select {
+		case intakeErrs <- err:
+		default:
+		}
+	}))
+	if err := intakeProbe.Publish("_INBOX.someone-else.x", []byte("spoof")); err != nil {
+		t.Fatal(err)
+	}
+	if err := intakeProbe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-intakeErrs:
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			t.Fatalf("intake publishes to a foreign inbox: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("intake published to a foreign inbox")
 	}
 
 	// worker: may subscribe to advisories.

@@ -293,7 +293,7 @@ func (p *Producers) runNATS(nc *nats.Conn, principal string, rng *rand.Rand) {
 // one it publishes the same request again. One inbox serves every copy, so
 // a late reply to an earlier copy acknowledges too.
 func (p *Producers) submitNATS(nc *nats.Conn, js jetstream.JetStream, subject string, s *Submission, rng *rand.Rand) {
-	inbox := nc.NewRespInbox()
+	inbox := events.NewReplyInbox(s.Principal)
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
 		p.ledger.unexpectedAnswer("harness: subscribe inbox")
@@ -307,7 +307,7 @@ func (p *Producers) submitNATS(nc *nats.Conn, js jetstream.JetStream, subject st
 		s.mu.Unlock()
 		msg := nats.NewMsg(subject)
 		msg.Data = s.Body
-		msg.Header.Set(jetstream.MsgIDHeader, s.Key)
+		msg.Header.Set(jetstream.MsgIDHeader, events.RequestMsgID(s.Principal, s.Key))
 		msg.Header.Set(events.ReplyToHeader, inbox)
 		pctx, cancel := context.WithTimeout(p.finish, 3*time.Second)
 		_, perr := js.PublishMsg(pctx, msg)

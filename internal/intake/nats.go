@@ -19,7 +19,9 @@ type RequestReply struct {
 
 // NATSRequests adapts a Service to the NATS request consumer
 // (events.RequestHandler): the subject's last token is the principal, the
-// Nats-Msg-Id header the idempotency key, the body the record array. The job
+// idempotency key the Nats-Msg-Id header without its "<principal>:"
+// qualification (the consumer checks and strips it), the body the record
+// array. The job
 // is committed before HandleRequest returns, so the consumer acks only after
 // the commit.
 type NATSRequests struct {

@@ -69,7 +69,9 @@ func Start(ctx context.Context, o Options) (*Bridge, error) {
 	}
 	if o.NATS.RequestsEnabled && o.Service != nil {
 		b.consumer, err = events.NewRequestConsumer(nc, o.NATS.SubjectPrefix, intake.NATSRequests{Service: o.Service},
-			o.Log, em, events.RequestConsumerOptions{MaxRequestBytes: int32(o.MaxRequestBytes), Concurrency: o.NATS.RequestConcurrency})
+			o.Log, em, events.RequestConsumerOptions{MaxRequestBytes: int32(o.MaxRequestBytes), Concurrency: o.NATS.RequestConcurrency,
+				MaxDeliveries: o.NATS.RequestMaxDeliveries, StreamMaxBytes: int64(o.NATS.RequestsMaxBytes),
+				StreamMaxPerPrincipal: int64(o.NATS.RequestsMaxPerPrincipal)})
 		if err == nil {
 			err = b.consumer.Start(ctx)
 		}

@@ -53,7 +53,7 @@ func publish(t *testing.T, js jetstream.JetStream, subject, key, body string, he
 	msg := nats.NewMsg(subject)
 	msg.Data = []byte(body)
 	if key != "" {
-		msg.Header.Set(jetstream.MsgIDHeader, key)
+		msg.Header.Set(jetstream.MsgIDHeader, events.RequestMsgID(subject[strings.LastIndex(subject, ".")+1:], key))
 	}
 	for i := 0; i+1 < len(header); i += 2 {
 		msg.Header.Set(header[i], header[i+1])
@@ -108,7 +108,7 @@ func TestRequestConsumerWithRealIntake(t *testing.T) {
 	publish(t, js, subject, "nats-key-0000000001", `[{"id":"a1","name":"jane"}]`)
 	testwait.For(t, 30*time.Second, "first job", func() bool { return jobs(t, pool) == 1 })
 	time.Sleep(200 * time.Millisecond) // past the 100ms JetStream window: the database must converge
-	inbox := nats.NewInbox()
+	inbox := events.NewReplyInbox("alice")
 	replies, err := nc.SubscribeSync(inbox)
 	if err != nil {
 		t.Fatal(err)
