@@ -57,7 +57,13 @@ $roles$;
 ALTER ROLE mightyetl_worker_role NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS;
 ALTER ROLE mightyetl_intake_role NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS;
 ALTER ROLE mightyetl_relay_role  NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS;
-ALTER ROLE mightyetl_migrator_role NOSUPERUSER NOCREATEROLE NOBYPASSRLS;
+-- The migrator creates tables in this database, never databases or roles.
+ALTER ROLE mightyetl_migrator_role NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS;
+
+-- Nobody but the migrator creates objects in schema public (PostgreSQL 14
+-- and older grant CREATE there to PUBLIC): a role that could would be able
+-- to plant a table, view or function that a later search_path lookup finds.
+REVOKE CREATE ON SCHEMA public FROM PUBLIC;
 
 ------------------------------------------------------------------------------
 -- Migrator: owns every mightyETL object and may create new ones. Owning a
@@ -116,6 +122,11 @@ $goose_revoke$;
 
 GRANT USAGE ON SCHEMA public TO mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
 
+-- Functions are executable by PUBLIC by default; the SECURITY DEFINER
+-- cancellation (migration 00009) is the intake's alone.
+REVOKE ALL ON FUNCTION etl_cancel_job(uuid, text, text)
+    FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
+
 ------------------------------------------------------------------------------
 -- Worker: claim, renew, succeed, retry, fail, release (internal/lease) and the
 -- finish transaction (internal/worker/completer.go).
@@ -142,22 +153,38 @@ GRANT USAGE ON SEQUENCE etl_lease_fencing_token_sequence, processed_data_process
     TO mightyetl_worker_role;
 
 ------------------------------------------------------------------------------
--- Intake: submit (insert job + outbox row), status, list, cancel, and the
--- synchronous ETL path (ledger + processed_data).
---   * UPDATE only of what the cancellation statement writes: status, payload
---     clearing, lease clearing, the three cancellation columns, updated_at.
---     The intake cannot set a lease, an attempt count or a failure code.
+-- Intake: submit (insert job + claim-queue row + outbox row), status, list,
+-- cancel, replay, and the synchronous ETL path (ledger + processed_data).
+--   * SELECT only of the columns it reads (internal/pg: jobColumns, the
+--     submission lookup, the replay source, the cancelled row's key hash).
+--     Never request_payload (a replay is sent its payload again and compared
+--     by digest) and never the lease columns.
+--   * INSERT only of the columns a submission or replay sets; everything
+--     else takes its default (PENDING, no attempt, no lease).
+--   * No UPDATE of any column that holds state. Cancellation runs in the
+--     SECURITY DEFINER function etl_cancel_job (migration 00009), the only
+--     way the intake clears a payload and a lease; it can never write one.
+--   * UPDATE (principal_scope_hash) only because SELECT ... FOR UPDATE (the
+--     replay's source lock) needs UPDATE privilege on some column. The owner
+--     of a job never changes: etl_job_owner_immutable_guard_trigger
+--     (migration 00007) refuses any other value, so the grant writes nothing.
 --   * No access to the fencing sequence: the intake can never claim.
 ------------------------------------------------------------------------------
-GRANT SELECT, INSERT ON TABLE etl_job_records TO mightyetl_intake_role;
-GRANT UPDATE (job_status, request_payload,
-              lease_claim_id, lease_owner_id, lease_expires_at, lease_fencing_token,
-              cancellation_key_hash, cancellation_code, job_cancelled_at, updated_at)
+GRANT SELECT (job_record_id, job_kind, principal_scope_hash, submission_key_hash, request_digest,
+              job_status, attempt_count, max_attempts, available_at, failure_code,
+              created_at, updated_at, cancellation_key_hash, cancellation_code, job_cancelled_at,
+              replay_source_job_record_id, replay_root_job_record_id, replay_generation_count)
     ON TABLE etl_job_records TO mightyetl_intake_role;
+GRANT INSERT (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
+              request_digest, request_payload, max_attempts,
+              replay_source_job_record_id, replay_root_job_record_id, replay_generation_count)
+    ON TABLE etl_job_records TO mightyetl_intake_role;
+GRANT UPDATE (principal_scope_hash) ON TABLE etl_job_records TO mightyetl_intake_role;
+GRANT EXECUTE ON FUNCTION etl_cancel_job(uuid, text, text) TO mightyetl_intake_role;
 GRANT SELECT, INSERT ON TABLE etl_idempotency_records TO mightyetl_intake_role;
 GRANT INSERT ON TABLE etl_outbox_events TO mightyetl_intake_role;
--- Submit and replay queue new jobs; cancellation removes them from the queue.
-GRANT SELECT, INSERT, DELETE ON TABLE etl_job_claim_queue TO mightyetl_intake_role;
+-- Submit and replay queue new jobs (cancellation dequeues inside etl_cancel_job).
+GRANT INSERT ON TABLE etl_job_claim_queue TO mightyetl_intake_role;
 GRANT INSERT ON TABLE processed_data TO mightyetl_intake_role;
 GRANT USAGE ON SEQUENCE processed_data_processed_data_id_seq TO mightyetl_intake_role;
 

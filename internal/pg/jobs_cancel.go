@@ -36,51 +36,21 @@ type CancelOutcome struct {
 
 // cancelSQL is the only authority over a cancellation: one statement that
 // moves the caller's PENDING or RUNNING row to CANCELLED and writes its outbox
-// rows. Lock: the FOR UPDATE subquery takes the row lock first and reads the
-// status being replaced; under READ COMMITTED, when another transaction (a
-// finishing worker, a claim, another cancel) holds the row, it waits and then
-// re-checks the predicate against the committed version, so a row that became
-// terminal in the meantime is simply not matched. The claim statement uses
-// SKIP LOCKED and never waits on it. Clearing the payload and every lease
-// column makes every later fenced write of the previous lease holder (renew,
-// succeed, retry, fail, release) affect zero rows. Time: clock_timestamp(),
-// the database's time at execution. A revocation row is written only when the
-// job was RUNNING, so workers can stop the handler early.
-const cancelSQL = `
-WITH cancelled AS (
-    UPDATE etl_job_records j
-    SET job_status = 'CANCELLED',
-        request_payload = NULL,
-        lease_claim_id = NULL, lease_owner_id = NULL,
-        lease_expires_at = NULL, lease_fencing_token = NULL,
-        cancellation_key_hash = $3,
-        cancellation_code = 'etl_job_cancelled_by_owner',
-        job_cancelled_at = clock_timestamp(),
-        updated_at = clock_timestamp()
-    FROM (
-        SELECT job_record_id, job_status
-        FROM etl_job_records
-        WHERE job_record_id = $1 AND principal_scope_hash = $2
-          AND job_status IN ('PENDING', 'RUNNING')
-        FOR UPDATE
-    ) old
-    WHERE j.job_record_id = old.job_record_id
-      AND j.job_status IN ('PENDING', 'RUNNING')
-    RETURNING old.job_status AS previous_status, ` + jobColumns + `
-), dequeued AS (
-    -- A cancelled job leaves the claim queue in the same statement.
-    DELETE FROM etl_job_claim_queue q USING cancelled c
-    WHERE q.job_record_id = c.job_record_id AND q.job_record_id = $1
-), lifecycle_events AS (
-    INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, attempt_count, event_code)
-    SELECT 'job_lifecycle', job_record_id, 'CANCELLED', attempt_count, 'etl_job_cancelled_by_owner'
-    FROM cancelled
-), revocation_events AS (
-    INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, attempt_count, event_code)
-    SELECT 'lease_revoked', job_record_id, 'CANCELLED', attempt_count, 'etl_job_cancelled_by_owner'
-    FROM cancelled WHERE previous_status = 'RUNNING'
-)
-SELECT * FROM cancelled`
+// rows. It runs inside the SECURITY DEFINER function etl_cancel_job
+// (migration 00009), so the intake's database role needs EXECUTE on it and no
+// UPDATE on the job rows: it can clear a lease and a payload only this way,
+// never write one. Lock: the FOR UPDATE subquery takes the row lock first and
+// reads the status being replaced; under READ COMMITTED, when another
+// transaction (a finishing worker, a claim, another cancel) holds the row, it
+// waits and then re-checks the predicate against the committed version, so a
+// row that became terminal in the meantime is simply not matched. The claim
+// statement uses SKIP LOCKED and never waits on it. Clearing the payload and
+// every lease column makes every later fenced write of the previous lease
+// holder (renew, succeed, retry, fail, release) affect zero rows. Time:
+// clock_timestamp(), the database's time at execution. A revocation row is
+// written only when the job was RUNNING, so workers can stop the handler
+// early. The function returns previous_status, then jobColumns' columns.
+const cancelSQL = `SELECT * FROM etl_cancel_job($1, $2, $3)`
 
 // cancelledStateSQL reads the caller's row after the conditional UPDATE
 // matched nothing, in a fresh statement (and so a fresh READ COMMITTED
