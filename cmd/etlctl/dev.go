@@ -115,12 +115,12 @@ func runDev(args []string) int {
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := pg.EnsureDatabase(startCtx, icfg.DatabaseURL, log); err != nil {
-		fmt.Fprintf(os.Stderr, "etlctl dev: database %s: %v\n", pg.RedactURL(icfg.DatabaseURL), err)
+		fmt.Fprintf(os.Stderr, "etlctl dev: database %s: %s\n", pg.RedactURL(icfg.DatabaseURL), icfg.RedactError(err))
 		return 1
 	}
 	pool, err := pg.NewPool(startCtx, icfg.DatabaseURL, pg.PoolOptions{ApplicationName: "mightyetl-dev"})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "etlctl dev: database %s: %v\n", pg.RedactURL(icfg.DatabaseURL), err)
+		fmt.Fprintf(os.Stderr, "etlctl dev: database %s: %s\n", pg.RedactURL(icfg.DatabaseURL), icfg.RedactError(err))
 		return 1
 	}
 	defer pool.Close()
@@ -153,11 +153,11 @@ func runDev(args []string) int {
 	stoppers = append(stoppers, bridge.Stop)
 	wp, err := worker.NewProcess(startCtx, wcfg, wloader.Provenance(), true, log)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "etlctl dev: worker: %v\n", err)
+		fmt.Fprintf(os.Stderr, "etlctl dev: worker: %s\n", wcfg.RedactError(err))
 		return 1
 	}
 	if err := wp.Start(ctx); err != nil {
-		fmt.Fprintf(os.Stderr, "etlctl dev: worker: %v\n", err)
+		fmt.Fprintf(os.Stderr, "etlctl dev: worker: %s\n", wcfg.RedactError(err))
 		return 1
 	}
 	stoppers = append(stoppers, wp.Stop)
