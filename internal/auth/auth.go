@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -52,14 +53,49 @@ var (
 	// ErrPrincipalUnusable means the credentials were valid but name a
 	// principal that is blank or longer than [MaxPrincipalRunes] code points.
 	ErrPrincipalUnusable = errors.New("auth: principal unusable")
+
+	// ErrRateLimited means the request was refused before its credentials
+	// were checked because its client address made too many failed logins
+	// recently, or has too many verifications waiting. HTTP answers 429.
+	// It comes wrapped in a [*ThrottleError].
+	ErrRateLimited = errors.New("auth: too many login attempts from this address")
+
+	// ErrOverloaded means the request was refused before its credentials
+	// were checked because every password verification slot is busy and the
+	// bounded wait for one is full or ran out. HTTP answers 503. It comes
+	// wrapped in a [*ThrottleError].
+	ErrOverloaded = errors.New("auth: password verification at capacity")
 )
+
+// ThrottleError is an Authenticate error that refuses a request for load
+// rather than for its credentials. Err is [ErrRateLimited] or
+// [ErrOverloaded] (match with errors.Is); RetryAfter is when the client may
+// try again, at least one second. It never matches [ErrUnauthenticated].
+type ThrottleError struct {
+	Err        error
+	RetryAfter time.Duration
+}
+
+func (e *ThrottleError) Error() string { return e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *ThrottleError) Unwrap() error { return e.Err }
+
+// RetryAfterSeconds is RetryAfter in whole seconds, rounded up, at least 1:
+// the value of an HTTP Retry-After header.
+func (e *ThrottleError) RetryAfterSeconds() int64 {
+	s := int64((e.RetryAfter + time.Second - 1) / time.Second)
+	return max(1, s)
+}
 
 // Authenticator decides who sent a request. Implementations are safe for
 // concurrent use.
 type Authenticator interface {
 	// Authenticate returns the principal of the request, or an error that
 	// matches ErrUnauthenticated (no or bad credentials) or
-	// ErrPrincipalUnusable (valid credentials, unusable principal).
+	// ErrPrincipalUnusable (valid credentials, unusable principal), or
+	// a [*ThrottleError] (refused for load before the credentials were
+	// checked; [Basic] only).
 	// It reads only the request's headers and context, never its body.
 	Authenticate(r *http.Request) (string, error)
 

@@ -152,8 +152,8 @@ func TestBasicUnknownPrincipalCostsAVerification(t *testing.T) {
 		bcryptLine(t, "bob", "builder", "$2b$"),
 	)
 	set := b.creds.Load()
-	if got, want := set.dummy.costKey(), set.hashes["alice"].costKey(); got != want {
-		t.Fatalf("dummy cost %s, want the file's most common %s", got, want)
+	if len(set.dummies) != 2 || set.dummies[0].count != 2 || set.dummies[1].count != 1 {
+		t.Fatalf("dummies %+v, want two cost classes of 2 and 1 principals", set.dummies)
 	}
 	before := b.verifications.Load()
 	mustAuth(t, b, "mallory", "wonderland", "", ErrUnauthenticated)
@@ -165,9 +165,9 @@ func TestBasicUnknownPrincipalCostsAVerification(t *testing.T) {
 
 func TestBasicDummyForEmptyFileUsesProductionParams(t *testing.T) {
 	b, _, _ := newTestBasic(t, BasicOptions{}, "# nobody yet")
-	d, ok := b.creds.Load().dummy.(*argon2Hash)
+	d, ok := b.creds.Load().dummyFor("anyone").(*argon2Hash)
 	if !ok || d.p.memoryKiB != productionArgon2.memoryKiB || d.p.time != productionArgon2.time {
-		t.Fatalf("dummy = %+v, want production argon2id", b.creds.Load().dummy)
+		t.Fatalf("dummy = %+v, want production argon2id", b.creds.Load().dummies)
 	}
 	mustAuth(t, b, "anyone", "pw", "", ErrUnauthenticated)
 }
@@ -251,7 +251,7 @@ func TestBasicCacheKeyNeverHoldsPassword(t *testing.T) {
 		}
 	}
 	other, _, _ := newTestBasic(t, BasicOptions{}, credLine(t, "alice", "wonderland"))
-	if b.cacheKey("alice", "wonderland") == other.cacheKey("alice", "wonderland") {
+	if b.cacheKey("alice", []byte("wonderland")) == other.cacheKey("alice", []byte("wonderland")) {
 		t.Fatal("cache keys equal across instances: HMAC key is not random")
 	}
 	// "principal:password" is unambiguous because a parsed principal never
@@ -313,7 +313,7 @@ func TestBasicCacheTTL(t *testing.T) {
 	if got := b.verifications.Load(); got != 1 {
 		t.Fatalf("%d verifications within the TTL, want 1", got)
 	}
-	clock.Advance(time.Second) // 10s after the success: expired
+	clock.Advance(10 * time.Second) // 10s after the last use: expired
 	mustAuth(t, b, "alice", "wonderland", "alice", nil)
 	if got := b.verifications.Load(); got != 2 {
 		t.Fatalf("%d verifications after the TTL, want 2", got)
@@ -376,7 +376,7 @@ func TestBasicCacheDropsStaleGeneration(t *testing.T) {
 
 func TestBasicConcurrent(t *testing.T) {
 	lines := []string{credLine(t, "a", "pa"), credLine(t, "b", "pb"), credLine(t, "c", "pc"), credLine(t, "d", "pd")}
-	b, clock, path := newTestBasic(t, BasicOptions{CacheSize: 3}, lines...)
+	b, clock, path := newTestBasic(t, BasicOptions{CacheSize: 3, FailureBurst: -1}, lines...)
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {
@@ -406,15 +406,28 @@ func TestBasicConcurrent(t *testing.T) {
 }
 
 func TestBasicCancelledWhileWaitingToHash(t *testing.T) {
-	b, _, _ := newTestBasic(t, BasicOptions{}, credLine(t, "alice", "wonderland"))
-	for range cap(b.hashing) {
-		b.hashing <- struct{}{}
+	b, _, _ := newTestBasic(t, BasicOptions{MaxHashWait: time.Hour}, credLine(t, "alice", "wonderland"))
+	var releases []func()
+	for i := range b.gate.slots {
+		release, err := b.gate.acquire(t.Context(), fmt.Sprintf("198.51.100.%d", i), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		releases = append(releases, release)
 	}
+	defer func() {
+		for _, release := range releases {
+			release()
+		}
+	}()
 	r := basicRequest("alice", "wonderland")
 	ctx, cancel := contextCancelled(r)
 	defer cancel()
 	if p, err := b.Authenticate(r.WithContext(ctx)); p != "" || !errors.Is(err, ErrUnauthenticated) {
 		t.Fatalf("Authenticate = %q, %v; want ErrUnauthenticated", p, err)
+	}
+	if running, waiting := b.gate.stats(); running != b.gate.slots || waiting != 0 {
+		t.Fatalf("gate running %d waiting %d after a cancelled wait", running, waiting)
 	}
 }
 
@@ -517,4 +530,152 @@ func ExampleCredentialLine() {
 	principal, hash, _ := strings.Cut(line, ":")
 	fmt.Println(principal, strings.HasPrefix(hash, "$argon2id$v=19$"))
 	// Output: alice true
+}
+
+// The cache expires an entry ttl after its last use, not after it was
+// written: a principal that keeps calling never pays a verification again.
+func TestBasicCacheExpiresFromLastUse(t *testing.T) {
+	b, clock, _ := newTestBasic(t, BasicOptions{CacheTTL: 10 * time.Second}, credLine(t, "alice", "wonderland"))
+	mustAuth(t, b, "alice", "wonderland", "alice", nil)
+	for range 5 {
+		clock.Advance(9 * time.Second) // each use is within 10s of the last
+		mustAuth(t, b, "alice", "wonderland", "alice", nil)
+	}
+	if got := b.verifications.Load(); got != 1 {
+		t.Fatalf("%d verifications for uses 9s apart over 45s with a 10s TTL, want 1", got)
+	}
+}
+
+// bcrypt checks only the first 72 bytes of a password, so every longer
+// password sharing them verifies. They must share one cache entry (and one
+// verification), not fill the cache with entries of one principal.
+func TestBasicBcryptLongPasswordsShareOneCacheEntry(t *testing.T) {
+	prefix := strings.Repeat("p", 72)
+	b, _, _ := newTestBasic(t, BasicOptions{CacheSize: 100},
+		bcryptLine(t, "bob", prefix, "$2b$"), credLine(t, "alice", "wonderland"))
+	mustAuth(t, b, "alice", "wonderland", "alice", nil)
+	for i := range 150 {
+		mustAuth(t, b, "bob", fmt.Sprintf("%s-%d", prefix, i), "bob", nil)
+	}
+	if got := b.cache.len(); got != 2 {
+		t.Errorf("cache holds %d entries after 150 long bcrypt passwords of one principal, want 2 (alice, bob)", got)
+	}
+	if got := b.verifications.Load(); got != 2 {
+		t.Errorf("%d verifications, want 2 (alice once, bob once)", got)
+	}
+	n := b.verifications.Load()
+	mustAuth(t, b, "alice", "wonderland", "alice", nil) // not evicted by bob
+	if got := b.verifications.Load() - n; got != 0 {
+		t.Errorf("alice needed %d verifications after bob's passwords, want 0 (cached)", got)
+	}
+	// A wrong 72-byte prefix still fails.
+	mustAuth(t, b, "bob", strings.Repeat("q", 72)+"-0", "", ErrUnauthenticated)
+}
+
+// The cache keeps at most one entry per principal, whatever the hash.
+func TestVerifiedCacheOneEntryPerPrincipal(t *testing.T) {
+	c := newVerifiedCache(time.Minute, 10)
+	now := time.Unix(0, 0)
+	c.reset(1)
+	for i := range 5 {
+		c.put([32]byte{byte(i)}, "bob", 1, now)
+	}
+	c.put([32]byte{9}, "alice", 1, now)
+	if c.len() != 2 {
+		t.Fatalf("cache holds %d entries, want 2", c.len())
+	}
+	if _, ok := c.get([32]byte{4}, 1, now); !ok {
+		t.Fatal("bob's latest entry missing")
+	}
+	if _, ok := c.get([32]byte{0}, 1, now); ok {
+		t.Fatal("bob's replaced entry still cached")
+	}
+}
+
+// rewriteKeepingStamp replaces path with content of the same size and
+// gives it the old modification time, as a copy with preserved times or a
+// rewrite within the file system's time granularity does.
+func rewriteKeepingStamp(t *testing.T, path, content string) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(content)) != fi.Size() {
+		t.Fatalf("test bug: new content is %d bytes, old %d", len(content), fi.Size())
+	}
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A reload is decided by the file's content: a rewrite with the same size
+// and modification time is noticed.
+func TestBasicReloadDetectsContentWithSameSizeAndTime(t *testing.T) {
+	b, clock, path := newTestBasic(t, BasicOptions{}, credLine(t, "alice", "old-password"))
+	mustAuth(t, b, "alice", "old-password", "alice", nil)
+	rewriteKeepingStamp(t, path, credLine(t, "alice", "new-password")+"\n")
+	clock.Advance(credentialsCheckInterval)
+	mustAuth(t, b, "alice", "old-password", "", ErrUnauthenticated)
+	mustAuth(t, b, "alice", "new-password", "alice", nil)
+}
+
+// A new modification time alone (touch, a rewrite of the same bytes) is not
+// a change: the cache is kept.
+func TestBasicReloadIgnoresUnchangedContent(t *testing.T) {
+	line := credLine(t, "alice", "wonderland") + "\n"
+	b, clock, path := newTestBasic(t, BasicOptions{}, strings.TrimSuffix(line, "\n"))
+	mustAuth(t, b, "alice", "wonderland", "alice", nil)
+	gen := b.creds.Load().gen
+	writeFile(t, path, line) // same bytes, new modification time
+	clock.Advance(credentialsCheckInterval)
+	mustAuth(t, b, "alice", "wonderland", "alice", nil)
+	if got := b.verifications.Load(); got != 1 {
+		t.Errorf("%d verifications, want 1: rewriting the same bytes dropped the cache", got)
+	}
+	if b.creds.Load().gen != gen {
+		t.Error("rewriting the same bytes reloaded the credentials")
+	}
+}
+
+// Unknown principals are verified against dummies of every cost class of
+// the file, in proportion to the principals of each class, each unknown
+// principal always against the same one: so how long an unknown principal
+// takes matches some known principal and does not reveal that it is
+// unknown.
+func TestBasicUnknownPrincipalsMatchEachCostClass(t *testing.T) {
+	b, _, _ := newTestBasic(t, BasicOptions{CacheTTL: -1},
+		credLine(t, "alice", "wonderland"),
+		credLine(t, "carol", "x"),
+		bcryptLine(t, "bob", "builder", "$2b$"),
+		bcryptLine(t, "bert", "ernie", "$2b$"),
+	)
+	set := b.creds.Load()
+	fileClasses := map[string]bool{}
+	for _, h := range set.hashes {
+		fileClasses[h.costKey()] = true
+	}
+	seen := map[string]int{}
+	for i := range 400 {
+		name := fmt.Sprintf("unknown-%d", i)
+		d := set.dummyFor(name)
+		if !fileClasses[d.costKey()] {
+			t.Fatalf("dummy of class %s, not a class of the file", d.costKey())
+		}
+		if set.dummyFor(name) != d {
+			t.Fatal("an unknown principal's dummy changed between calls")
+		}
+		seen[d.costKey()]++
+	}
+	if len(seen) != len(fileClasses) {
+		t.Fatalf("unknown principals used cost classes %v, want every class of %v", seen, fileClasses)
+	}
+	for k, n := range seen {
+		if n < 100 { // 2 of 4 principals each: expect ~200 of 400
+			t.Errorf("class %s used by %d of 400 unknown principals, want about half", k, n)
+		}
+	}
 }

@@ -2,34 +2,29 @@ package auth
 
 import (
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"io"
+	"maps"
 	"os"
-	"time"
+	"slices"
 )
 
 // maxCredentialsFileBytes bounds how much of a credentials file is read.
 const maxCredentialsFileBytes = 16 << 20
 
-// fileStamp identifies one version of a file well enough to notice a
-// rewrite: modification time and size.
-type fileStamp struct {
-	modTime time.Time
-	size    int64
-}
-
-func stampOf(fi os.FileInfo) fileStamp { return fileStamp{modTime: fi.ModTime(), size: fi.Size()} }
-
-func (s fileStamp) equal(o fileStamp) bool { return s.size == o.size && s.modTime.Equal(o.modTime) }
-
 // credentialSet is one immutable load of the credentials file.
 type credentialSet struct {
 	hashes map[string]passwordHash // principal -> hash
-	// dummy is verified for unknown principals: it has the most common cost
-	// parameters of the file, so an unknown principal costs what a wrong
-	// password of a typical principal costs.
-	dummy passwordHash
-	stamp fileStamp
+	// dummies holds one hash per cost class of the file (algorithm and
+	// cost parameters) with random content, each with the number of
+	// principals of that class; see dummyFor.
+	dummies []costClass
+	// digest is the SHA-256 of the file's bytes: a reload happens when it
+	// changes, whatever the modification time and size say.
+	digest [sha256.Size]byte
 	// loaded is false when the file could not be read or parsed; the set is
 	// then empty (fail closed) and the file is re-read on the next check.
 	loaded bool
@@ -38,18 +33,47 @@ type credentialSet struct {
 	gen uint64
 }
 
-// loadCredentials reads and parses the credentials file at path. The stamp
-// comes from the open file, so it describes (at most) the content read.
-func loadCredentials(path string) (*credentialSet, error) {
+// costClass is the dummy hash of one cost class and how many principals
+// of the file are in the class.
+type costClass struct {
+	dummy passwordHash
+	count int
+}
+
+// dummyFor returns the hash an unknown principal is verified against: the
+// dummy of a cost class chosen by a keyed hash of the principal, each class
+// as often as the file's principals are in it. A principal keeps its class
+// while the file is unchanged (the key is the file's digest), so the time
+// an unknown principal takes matches a known principal of some class of the
+// file and does not tell the two apart.
+func (s *credentialSet) dummyFor(principal string) passwordHash {
+	if len(s.dummies) == 1 {
+		return s.dummies[0].dummy
+	}
+	total := 0
+	for _, c := range s.dummies {
+		total += c.count
+	}
+	m := hmac.New(sha256.New, s.digest[:])
+	m.Write([]byte(principal))
+	n := int(binary.BigEndian.Uint64(m.Sum(nil)) % uint64(total))
+	for _, c := range s.dummies {
+		if n < c.count {
+			return c.dummy
+		}
+		n -= c.count
+	}
+	return s.dummies[len(s.dummies)-1].dummy
+}
+
+// readCredentialsFile reads the credentials file at path, at most
+// maxCredentialsFileBytes of it.
+func readCredentialsFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open credentials file: %w", err)
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("stat credentials file: %w", err)
-	}
 	data, err := io.ReadAll(io.LimitReader(f, maxCredentialsFileBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("read credentials file: %w", err)
@@ -57,24 +81,37 @@ func loadCredentials(path string) (*credentialSet, error) {
 	if len(data) > maxCredentialsFileBytes {
 		return nil, fmt.Errorf("read credentials file %s: larger than %d bytes", path, maxCredentialsFileBytes)
 	}
-	hashes, dummy, err := parseCredentials(data)
+	return data, nil
+}
+
+// loadCredentials reads and parses the credentials file at path.
+func loadCredentials(path string) (*credentialSet, error) {
+	data, err := readCredentialsFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return parseCredentialSet(path, data)
+}
+
+// parseCredentialSet parses data, the content of the file at path.
+func parseCredentialSet(path string, data []byte) (*credentialSet, error) {
+	hashes, dummies, err := parseCredentials(data)
 	if err != nil {
 		return nil, fmt.Errorf("parse credentials file %s: %w", path, err)
 	}
-	return &credentialSet{hashes: hashes, dummy: dummy, stamp: stampOf(fi), loaded: true}, nil
+	return &credentialSet{hashes: hashes, dummies: dummies, digest: sha256.Sum256(data), loaded: true}, nil
 }
 
 // parseCredentials parses "principal:hash" lines; blank lines and lines
 // whose first non-blank character is '#' are skipped, and a trailing CR is
 // ignored. The principal is everything before the first ':' (hashes contain
-// '$', never ':'). Errors name the 1-based line number and the rule broken,
-// never the line's content.
-func parseCredentials(data []byte) (map[string]passwordHash, passwordHash, error) {
+// '$', never ':'). It returns one dummy per cost class, ordered by class;
+// a file without principals gets one production argon2id dummy. Errors name
+// the 1-based line number and the rule broken, never the line's content.
+func parseCredentials(data []byte) (map[string]passwordHash, []costClass, error) {
 	hashes := make(map[string]passwordHash)
 	firstLine := make(map[string]int)
-	costCount := make(map[string]int)
-	var dummyOf passwordHash
-	best := 0
+	classes := make(map[string]*costClass)
 	for i, line := range bytes.Split(data, []byte("\n")) {
 		n := i + 1
 		line = bytes.TrimRight(line, " \t\r")
@@ -100,13 +137,19 @@ func parseCredentials(data []byte) (map[string]passwordHash, passwordHash, error
 		hashes[p] = h
 		firstLine[p] = n
 		k := h.costKey()
-		costCount[k]++
-		if costCount[k] > best {
-			best, dummyOf = costCount[k], h
+		if classes[k] == nil {
+			classes[k] = &costClass{dummy: dummyLike(h)}
 		}
+		classes[k].count++
 	}
-	if dummyOf == nil {
-		dummyOf = &argon2Hash{p: productionArgon2, salt: make([]byte, productionArgon2.saltLen), key: make([]byte, productionArgon2.keyLen)}
+	if len(classes) == 0 {
+		empty := &argon2Hash{p: productionArgon2, salt: make([]byte, productionArgon2.saltLen), key: make([]byte, productionArgon2.keyLen)}
+		return hashes, []costClass{{dummy: dummyLike(empty), count: 1}}, nil
 	}
-	return hashes, dummyLike(dummyOf), nil
+	keys := slices.Sorted(maps.Keys(classes))
+	dummies := make([]costClass, 0, len(keys))
+	for _, k := range keys {
+		dummies = append(dummies, *classes[k])
+	}
+	return hashes, dummies, nil
 }

@@ -26,8 +26,13 @@
 //     principal, never the principal itself.
 //
 // Basic authentication is slow on purpose (password hashing), so [Basic]
-// remembers successful verifications for a short time in a bounded in-memory
-// cache keyed by an HMAC of the presented credentials under a random
-// per-process key; failures are never cached and the cache is dropped when the
-// credentials file changes.
+// remembers successful verifications in a bounded in-memory cache (one entry
+// per principal, expiring a while after its last use) keyed by an HMAC of
+// the presented credentials under a random per-process key; failures are
+// never cached and the cache is dropped when the credentials file's content
+// changes. Verifications are rationed: a fixed number run at once, waiting
+// is bounded and fair across client addresses, and each address may fail
+// only so many logins. A request refused for load gets a [*ThrottleError]
+// ([ErrRateLimited]: HTTP 429, [ErrOverloaded]: HTTP 503, both with
+// Retry-After) before its credentials are looked at.
 package auth

@@ -50,6 +50,9 @@ type passwordHash interface {
 	// costKey identifies the algorithm and cost parameters; hashes with the
 	// same costKey take the same time to verify.
 	costKey() string
+	// significant returns the prefix of password that verify depends on:
+	// two passwords with the same significant bytes verify alike.
+	significant(password []byte) []byte
 }
 
 type argon2Hash struct {
@@ -62,6 +65,8 @@ func (h *argon2Hash) verify(password []byte) bool {
 	got := argon2.IDKey(password, h.salt, h.p.time, h.p.memoryKiB, h.p.threads, uint32(len(h.key)))
 	return subtle.ConstantTimeCompare(got, h.key) == 1
 }
+
+func (h *argon2Hash) significant(password []byte) []byte { return password }
 
 func (h *argon2Hash) costKey() string {
 	return fmt.Sprintf("argon2id:m=%d,t=%d,p=%d,s=%d,k=%d", h.p.memoryKiB, h.p.time, h.p.threads, len(h.salt), len(h.key))
@@ -79,6 +84,16 @@ func (h *bcryptHash) verify(password []byte) bool {
 }
 
 func (h *bcryptHash) costKey() string { return "bcrypt:" + strconv.Itoa(h.cost) }
+
+// bcryptMaxPassword is the number of password bytes bcrypt uses; it
+// ignores the rest.
+const bcryptMaxPassword = 72
+
+// significant returns the first 72 bytes of password: bcrypt ignores the
+// rest, so every password sharing them verifies alike.
+func (h *bcryptHash) significant(password []byte) []byte {
+	return password[:min(len(password), bcryptMaxPassword)]
+}
 
 // bcryptAlphabet is bcrypt's base64 alphabet.
 const bcryptAlphabet = "./ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
