@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -87,6 +88,10 @@ func (a *api) authenticated(h apiHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		principal, err := a.opts.Authenticator.Authenticate(r)
+		if throttled := (*auth.ThrottleError)(nil); errors.As(err, &throttled) {
+			writeAuthThrottled(w, r, throttled)
+			return
+		}
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", a.opts.Authenticator.Challenge())
 			code := codeUnauthenticated
@@ -98,6 +103,35 @@ func (a *api) authenticated(h apiHandler) http.Handler {
 		}
 		h(w, r, principal)
 	})
+}
+
+// writeAuthThrottled answers a request the authenticator refused for load
+// before checking its credentials: 429 etl_authentication_rate_limited
+// (this client address failed or queued too many logins) or 503
+// etl_authentication_overloaded (every verification slot busy), with
+// Retry-After in seconds.
+func writeAuthThrottled(w http.ResponseWriter, r *http.Request, err *auth.ThrottleError) {
+	code := codeAuthOverloaded
+	if errors.Is(err, auth.ErrRateLimited) {
+		code = codeAuthRateLimited
+	}
+	if rec, ok := w.(*recorder); ok {
+		rec.errorCode = code
+	}
+	// writeProblem drops Retry-After (a job's polling hint); this one is
+	// set as the header is written.
+	writeProblem(&retryAfterWriter{ResponseWriter: w, seconds: strconv.FormatInt(err.RetryAfterSeconds(), 10)}, r, code)
+}
+
+// retryAfterWriter sets Retry-After when the header is written.
+type retryAfterWriter struct {
+	http.ResponseWriter
+	seconds string
+}
+
+func (w *retryAfterWriter) WriteHeader(code int) {
+	w.Header().Set("Retry-After", w.seconds)
+	w.ResponseWriter.WriteHeader(code)
 }
 
 // stripWeak returns an entity tag without its weakness indicator.

@@ -17,6 +17,10 @@ const (
 	// codeUnsupportedMediaType: a request body without Content-Type:
 	// application/json (see requireJSON).
 	codeUnsupportedMediaType = "etl_unsupported_media_type"
+	// codeAuthRateLimited, codeAuthOverloaded: Basic authentication refused
+	// a request for load before checking it (see writeAuthThrottled).
+	codeAuthRateLimited = "etl_authentication_rate_limited"
+	codeAuthOverloaded  = "etl_authentication_overloaded"
 )
 
 // problemSpec is one row of the problem table.
@@ -57,6 +61,8 @@ var problemTable = map[string]problemSpec{
 	codeUnsupportedMediaType:             {415, "Unsupported media type", "A request body must be sent with Content-Type: application/json."},
 	intake.CodeTargetUnavailable:         {503, "Target unavailable", "The database is unavailable; retry with backoff using the same Idempotency-Key and body."},
 	intake.CodeInternalError:             {500, "Internal error", "The request could not be completed."},
+	codeAuthRateLimited:                  {429, "Too many login attempts", "Too many failed or waiting logins from this address; retry after Retry-After seconds."},
+	codeAuthOverloaded:                   {503, "Authentication overloaded", "Password verification is at capacity; retry after Retry-After seconds."},
 }
 
 // problemTypePrefix starts every problem type URI.
