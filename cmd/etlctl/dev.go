@@ -118,20 +118,20 @@ func runDev(args []string) int {
 		fmt.Fprintf(os.Stderr, "etlctl dev: database %s: %s\n", pg.RedactURL(icfg.DatabaseURL), icfg.RedactError(err))
 		return 1
 	}
-	pool, err := pg.NewPool(startCtx, icfg.DatabaseURL, pg.PoolOptions{ApplicationName: "mightyetl-dev"})
+	pools, err := httpapi.OpenPools(startCtx, icfg, "mightyetl-dev")
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "etlctl dev: database %s: %s\n", pg.RedactURL(icfg.DatabaseURL), icfg.RedactError(err))
 		return 1
 	}
-	defer pool.Close()
-	if err := pg.Migrate(startCtx, pool); err != nil {
+	defer pools.Close()
+	if err := pg.Migrate(startCtx, pools.Requests); err != nil {
 		fmt.Fprintf(os.Stderr, "etlctl dev: %v\n", err)
 		return 1
 	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv, svc, err := httpapi.NewServerFromConfig(icfg, pool, authn, log, reg)
+	srv, svc, err := httpapi.NewServerFromConfig(icfg, pools, authn, log, reg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "etlctl dev: %v\n", err)
 		return 2
@@ -144,7 +144,7 @@ func runDev(args []string) int {
 			_ = stoppers[i](stopCtx)
 		}
 	}()
-	bridge, err := natsbridge.Start(ctx, natsbridge.Options{NATS: icfg.NATS, Pool: pool, Service: svc,
+	bridge, err := natsbridge.Start(ctx, natsbridge.Options{NATS: icfg.NATS, Pool: pools.Relay, Service: svc,
 		MaxRequestBytes: icfg.MaxPayloadBytes, Name: "mightyetl-dev", Registry: reg, Log: log})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "etlctl dev: %v\n", err)

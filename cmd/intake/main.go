@@ -59,13 +59,15 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	pool, err := pg.NewPool(startCtx, cfg.DatabaseURL, pg.PoolOptions{ApplicationName: "mightyetl-intake"})
+	// Three pools: requests (statement_timeout), /readyz and the outbox
+	// relay, so neither readiness nor event delivery waits behind requests.
+	pools, err := httpapi.OpenPools(startCtx, cfg, "mightyetl-intake")
 	if err != nil {
 		fmt.Fprintf(stderr, "intake: database %s: %s\n", pg.RedactURL(cfg.DatabaseURL), cfg.RedactError(err))
 		return 1
 	}
-	defer pool.Close()
-	applied, expected, err := pg.SchemaVersion(startCtx, pool)
+	defer pools.Close()
+	applied, expected, err := pg.SchemaVersion(startCtx, pools.Requests)
 	if err != nil {
 		fmt.Fprintf(stderr, "intake: read schema version: %v\n", err)
 		return 1
@@ -81,12 +83,12 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv, svc, err := httpapi.NewServerFromConfig(cfg, pool, authn, log, reg)
+	srv, svc, err := httpapi.NewServerFromConfig(cfg, pools, authn, log, reg)
 	if err != nil {
 		fmt.Fprintf(stderr, "intake: %v\n", err)
 		return 2
 	}
-	bridge, err := natsbridge.Start(ctx, natsbridge.Options{NATS: cfg.NATS, Pool: pool, Service: svc,
+	bridge, err := natsbridge.Start(ctx, natsbridge.Options{NATS: cfg.NATS, Pool: pools.Relay, Service: svc,
 		MaxRequestBytes: cfg.MaxPayloadBytes, Name: "mightyetl-intake", Registry: reg, Log: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "intake: %v\n", err)

@@ -12,6 +12,10 @@ import (
 const (
 	DefaultMaxPayloadBytes = 1 << 20
 	MaxPayloadBytesCeiling = 64 << 20
+	// DefaultMaxInFlightBytes and MaxInFlightBytesCeiling bound
+	// MIGHTYETL_INTAKE_MAX_INFLIGHT_BYTES (64 MiB, 1 GiB).
+	DefaultMaxInFlightBytes = 64 << 20
+	MaxInFlightBytesCeiling = 1 << 30
 	// MinPrincipalHashKeyBytes is the shortest accepted MIGHTYETL_PRINCIPAL_HASH_KEY.
 	MinPrincipalHashKeyBytes = 32
 )
@@ -32,6 +36,9 @@ type Intake struct {
 	DiagnosticJobsEnabled bool          // MIGHTYETL_DIAGNOSTIC_JOBS_ENABLED, default false
 	WorkerPollInterval    time.Duration // MIGHTYETL_WORKER_POLL_INTERVAL, default 1s: Retry-After hint
 	ShutdownGrace         time.Duration // MIGHTYETL_SHUTDOWN_GRACE_PERIOD, default 30s
+	MaxInFlightBytes      int           // MIGHTYETL_INTAKE_MAX_INFLIGHT_BYTES, default 64 MiB (≥ MaxPayloadBytes, ≤ 1 GiB): request body bytes held at once
+	StatementTimeout      time.Duration // MIGHTYETL_INTAKE_STATEMENT_TIMEOUT, default 30s (100ms..1h): statement_timeout of the intake's pools
+	PoolSize              int           // MIGHTYETL_INTAKE_POOL_SIZE, default 16 (2..1000): request pool connections; /process may use half
 	NATS                  NATS          // NATS_URL and friends: outbox relay and request consumer
 }
 
@@ -59,6 +66,9 @@ func RegisterIntake(l *Loader, dst *Intake) {
 	l.Bool(&dst.DiagnosticJobsEnabled, "MIGHTYETL_DIAGNOSTIC_JOBS_ENABLED", "diagnostic-jobs", false, "serve POST /api/etl/diagnostic-jobs")
 	l.Duration(&dst.WorkerPollInterval, "MIGHTYETL_WORKER_POLL_INTERVAL", "poll-interval", time.Second, 10*time.Millisecond, time.Hour, "worker poll interval (Retry-After hint)")
 	l.Duration(&dst.ShutdownGrace, "MIGHTYETL_SHUTDOWN_GRACE_PERIOD", "shutdown-grace", 30*time.Second, 0, time.Hour, "wait for in-flight requests on shutdown")
+	l.Int(&dst.MaxInFlightBytes, "MIGHTYETL_INTAKE_MAX_INFLIGHT_BYTES", "max-inflight-bytes", DefaultMaxInFlightBytes, 1, MaxInFlightBytesCeiling, "request body bytes held at once across requests (503 etl_server_busy beyond)")
+	l.Duration(&dst.StatementTimeout, "MIGHTYETL_INTAKE_STATEMENT_TIMEOUT", "statement-timeout", 30*time.Second, 100*time.Millisecond, time.Hour, "statement_timeout of the intake's database pools")
+	l.Int(&dst.PoolSize, "MIGHTYETL_INTAKE_POOL_SIZE", "pool-size", 16, 2, 1000, "request pool connections (POST /api/etl/process may use half)")
 	RegisterNATS(l, &dst.NATS)
 }
 
@@ -112,6 +122,9 @@ func (c Intake) Validate() error {
 	}
 	if c.IntakeOpen() && len(c.PrincipalHashKey) < MinPrincipalHashKeyBytes {
 		return fmt.Errorf("MIGHTYETL_PRINCIPAL_HASH_KEY: must be at least %d bytes when MIGHTYETL_AUTH_MODE=%s or MIGHTYETL_NATS_REQUESTS_ENABLED=true", MinPrincipalHashKeyBytes, c.AuthMode)
+	}
+	if c.MaxInFlightBytes < c.MaxPayloadBytes {
+		return fmt.Errorf("MIGHTYETL_INTAKE_MAX_INFLIGHT_BYTES: must be at least MIGHTYETL_MAX_PAYLOAD_BYTES (%d)", c.MaxPayloadBytes)
 	}
 	if c.PrincipalHashKey != "" && len(c.PrincipalHashKey) < MinPrincipalHashKeyBytes {
 		return fmt.Errorf("MIGHTYETL_PRINCIPAL_HASH_KEY: must be at least %d bytes", MinPrincipalHashKeyBytes)

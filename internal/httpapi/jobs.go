@@ -41,28 +41,37 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func replayedHeader(replayed bool) string { return strconv.FormatBool(replayed) }
 
-// readBody reads the whole body within the payload limit. A declared
-// Content-Length above the limit is refused before anything is read; a
-// streamed (chunked) body is cut after limit+1 bytes. It writes the problem
-// and returns ok false on failure.
-func (a *api) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+// readBody reads the whole body within the payload limit and the
+// in-flight byte budget. A declared Content-Length above the limit is
+// refused before anything is read; a streamed (chunked) body is cut after
+// limit+1 bytes; the buffer grows only as bytes arrive. Every byte read is
+// held in the budget until the caller calls release (always safe, also
+// after a failure); a body that does not fit the budget is 503
+// etl_server_busy with Retry-After. On failure it writes the problem and
+// returns ok false.
+func (a *api) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), ok bool) {
 	limit := a.opts.MaxPayloadBytes
 	if r.ContentLength > limit {
 		w.Header().Set("Connection", "close") // the unread body is not drained
 		writeProblem(w, r, codePayloadTooLarge)
-		return nil, false
+		return nil, func() {}, false
 	}
-	body, err := readLimited(r.Body, limit, r.ContentLength)
+	br := &budgetReader{r: r.Body, budget: a.budget}
+	body, err := readLimited(br, limit, r.ContentLength)
 	if err != nil {
-		if errors.Is(err, errTooLarge) {
+		br.release()
+		switch {
+		case errors.Is(err, errTooLarge):
 			w.Header().Set("Connection", "close")
 			writeProblem(w, r, codePayloadTooLarge)
-		} else {
+		case errors.Is(err, errBusy):
+			writeBusy(w, r)
+		default:
 			writeProblem(w, r, intake.CodeInvalidJSON) // truncated or broken body
 		}
-		return nil, false
+		return nil, func() {}, false
 	}
-	return body, true
+	return body, br.release, true
 }
 
 // submit serves POST /api/etl/jobs (kind "") and POST
@@ -79,7 +88,8 @@ func (a *api) submit(kind string) apiHandler {
 			writeProblem(w, r, intake.CodeInvalidIdempotencyKey)
 			return
 		}
-		body, ok := a.readBody(w, r)
+		body, release, ok := a.readBody(w, r)
+		defer release()
 		if !ok {
 			return
 		}
@@ -304,7 +314,8 @@ func (a *api) replay(w http.ResponseWriter, r *http.Request, principal string) {
 		writeProblem(w, r, intake.CodeReplayKeyRequired)
 		return
 	}
-	body, ok := a.readBody(w, r)
+	body, release, ok := a.readBody(w, r)
+	defer release()
 	if !ok {
 		return
 	}
@@ -326,8 +337,19 @@ func (a *api) process(w http.ResponseWriter, r *http.Request, principal string) 
 		writeProblem(w, r, intake.CodeInvalidIdempotencyKey)
 		return
 	}
-	body, ok := a.readBody(w, r)
+	body, release, ok := a.readBody(w, r)
+	defer release()
 	if !ok {
+		return
+	}
+	// A bounded share of the request pool: however many /process calls
+	// arrive, the rest of the pool stays free for status, list, cancel and
+	// the group commits. Waiting ends with the request.
+	select {
+	case a.processSlots <- struct{}{}:
+		defer func() { <-a.processSlots }()
+	case <-r.Context().Done():
+		writeProblem(w, r, intake.CodeTargetUnavailable)
 		return
 	}
 	res, err := a.opts.Service.Process(r.Context(), intake.ProcessRequest{

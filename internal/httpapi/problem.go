@@ -17,6 +17,9 @@ const (
 	// codeUnsupportedMediaType: a request body without Content-Type:
 	// application/json (see requireJSON).
 	codeUnsupportedMediaType = "etl_unsupported_media_type"
+	// codeServerBusy: the in-flight request body budget is spent (see
+	// byteBudget); retry after Retry-After seconds.
+	codeServerBusy = "etl_server_busy"
 	// codeAuthRateLimited, codeAuthOverloaded: Basic authentication refused
 	// a request for load before checking it (see writeAuthThrottled).
 	codeAuthRateLimited = "etl_authentication_rate_limited"
@@ -59,6 +62,7 @@ var problemTable = map[string]problemSpec{
 	codeRouteNotFound:                    {404, "Not found", "No such resource."},
 	codeMethodNotAllowed:                 {405, "Method not allowed", "The resource does not support this method."},
 	codeUnsupportedMediaType:             {415, "Unsupported media type", "A request body must be sent with Content-Type: application/json."},
+	codeServerBusy:                       {503, "Server busy", "The server holds as many request bodies as it is configured to; retry after Retry-After seconds with the same Idempotency-Key and body."},
 	intake.CodeTargetUnavailable:         {503, "Target unavailable", "The database is unavailable; retry with backoff using the same Idempotency-Key and body."},
 	intake.CodeInternalError:             {500, "Internal error", "The request could not be completed."},
 	codeAuthRateLimited:                  {429, "Too many login attempts", "Too many failed or waiting logins from this address; retry after Retry-After seconds."},

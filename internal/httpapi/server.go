@@ -34,7 +34,9 @@ type Options struct {
 	Service *intake.Service
 	// Authenticator decides the principal; nil means auth.NewDeny().
 	Authenticator auth.Authenticator
-	// Pool backs /readyz (ping and schema version). Nil makes /readyz
+	// Pool backs /readyz (ping and schema version). Give it a small
+	// pool of its own, never the request pool, so readiness is answered
+	// while requests hold every request connection. Nil makes /readyz
 	// answer 503.
 	Pool *pgxpool.Pool
 	// Metrics receives request durations; nil records nothing. Pass the same
@@ -48,6 +50,19 @@ type Options struct {
 	Logger *slog.Logger
 	// MaxPayloadBytes bounds a request body (1 byte..64 MiB); zero means 1 MiB.
 	MaxPayloadBytes int64
+	// MaxInFlightBytes bounds the request body bytes held at once across
+	// all requests (MIGHTYETL_INTAKE_MAX_INFLIGHT_BYTES); a body that does
+	// not fit is 503 etl_server_busy with Retry-After. Bytes are counted as
+	// they arrive, never by declared length, and held until the handler
+	// returns. Zero means max(64 MiB, MaxPayloadBytes); it must be at least
+	// MaxPayloadBytes.
+	MaxInFlightBytes int64
+	// ProcessConcurrency bounds the POST /api/etl/process requests that run
+	// their transaction at once; the others wait (until their request
+	// ends) without holding a database connection. Keep it below the
+	// request pool's size so status, list and cancel always find a
+	// connection. Zero means 4.
+	ProcessConcurrency int
 	// PollInterval is the worker poll interval (MIGHTYETL_WORKER_POLL_INTERVAL);
 	// Retry-After is its ceiling in seconds, at least 1. Zero means 1s.
 	PollInterval time.Duration
@@ -78,6 +93,15 @@ func (o *Options) normalise() error {
 	if o.MaxPayloadBytes < 1 || o.MaxPayloadBytes > MaxPayloadBytesCeiling {
 		return fmt.Errorf("httpapi: max payload bytes %d outside 1..%d", o.MaxPayloadBytes, MaxPayloadBytesCeiling)
 	}
+	if o.MaxInFlightBytes == 0 {
+		o.MaxInFlightBytes = max(DefaultMaxInFlightBytes, o.MaxPayloadBytes)
+	}
+	if o.MaxInFlightBytes < o.MaxPayloadBytes {
+		return fmt.Errorf("httpapi: max in-flight bytes %d below the payload limit %d", o.MaxInFlightBytes, o.MaxPayloadBytes)
+	}
+	if o.ProcessConcurrency <= 0 {
+		o.ProcessConcurrency = DefaultProcessConcurrency
+	}
 	if o.PollInterval <= 0 {
 		o.PollInterval = time.Second
 	}
@@ -86,8 +110,10 @@ func (o *Options) normalise() error {
 
 // api holds what the handlers share.
 type api struct {
-	opts       Options
-	retryAfter string
+	opts         Options
+	retryAfter   string
+	budget       *byteBudget   // request body bytes in flight
+	processSlots chan struct{} // one token per running /process transaction
 }
 
 // NewHandler returns the routed, instrumented handler of every route. It is
@@ -96,7 +122,12 @@ func NewHandler(opts Options) (http.Handler, error) {
 	if err := opts.normalise(); err != nil {
 		return nil, err
 	}
-	a := &api{opts: opts, retryAfter: fmt.Sprint(max(1, int64(math.Ceil(opts.PollInterval.Seconds()))))}
+	a := &api{
+		opts:         opts,
+		retryAfter:   fmt.Sprint(max(1, int64(math.Ceil(opts.PollInterval.Seconds())))),
+		budget:       &byteBudget{max: opts.MaxInFlightBytes},
+		processSlots: make(chan struct{}, opts.ProcessConcurrency),
+	}
 	mux := http.NewServeMux()
 	route := func(pattern string, h apiHandler) { mux.Handle(pattern, a.authenticated(h)) }
 	allow := func(path, methods string) {
@@ -124,7 +155,7 @@ func NewHandler(opts Options) (http.Handler, error) {
 	}
 	route("/api/", func(w http.ResponseWriter, r *http.Request, _ string) { writeProblem(w, r, codeRouteNotFound) })
 	health.Register(mux, opts.Pool, opts.Gatherer)
-	return a.instrument(mux), nil
+	return a.instrument(a.recoverPanics(mux)), nil
 }
 
 // Server serves the HTTP API on one listener. Start and Stop follow the

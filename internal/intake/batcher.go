@@ -18,6 +18,7 @@ import (
 // submission is one waiting Submit call inside the group-commit batcher.
 type submission struct {
 	job  pg.NewJob
+	size int64         // payload bytes: what the submission adds to its INSERT
 	done chan struct{} // closed when res/err are set
 	res  pg.Inserted
 	err  error
@@ -28,8 +29,11 @@ type submission struct {
 // notifying transactions, so throughput is commits/s × rows per commit: the
 // batcher maximises rows per commit. At most maxInFlight transactions run at
 // once; submissions arriving meanwhile queue and leave together in the next
-// transaction, up to maxBatch rows. When nothing is in flight, the first
-// arrival waits up to window for company (a full batch ends the wait).
+// transaction, up to maxBatch rows and maxBytes payload bytes (every
+// payload of a batch travels in one text[] parameter, and PostgreSQL caps a
+// value at 1 GB; a single submission larger than maxBytes goes alone). When
+// nothing is in flight, the first arrival waits up to window for company (a
+// full batch, by count or by bytes, ends the wait).
 //
 // No goroutine runs while idle: the first caller of a round flushes in its
 // own goroutine, and a flush that finds more submissions queued when it
@@ -40,13 +44,15 @@ type batcher struct {
 	db           pg.TxBeginner
 	window       time.Duration
 	maxBatch     int
+	maxBytes     int64
 	maxInFlight  int
 	flushTimeout time.Duration
 	observe      func(n int) // batch size, may be nil
 
-	mu       sync.Mutex
-	pending  []*submission
-	inFlight int // transactions running
+	mu           sync.Mutex
+	pending      []*submission
+	pendingBytes int64 // sum of pending sizes
+	inFlight     int   // transactions running
 	// wake is the waiting leader's channel, nil when no leader waits; a full
 	// batch closes it so the leader stops waiting.
 	wake chan struct{}
@@ -58,10 +64,12 @@ type batcher struct {
 // outcome already known wins over an ended ctx.
 func (b *batcher) submit(ctx context.Context, s *submission) error {
 	var wake chan struct{} // non-nil: this caller leads the round
+	s.size = int64(len(s.job.Payload))
 	b.mu.Lock()
 	b.pending = append(b.pending, s)
+	b.pendingBytes += s.size
 	switch {
-	case b.wake != nil && len(b.pending) >= b.maxBatch:
+	case b.wake != nil && (len(b.pending) >= b.maxBatch || b.pendingBytes >= b.maxBytes):
 		close(b.wake) // the leader has nothing left to wait for
 		b.wake = nil
 	case b.wake == nil && b.inFlight < b.maxInFlight:
@@ -102,13 +110,22 @@ func (b *batcher) submit(ctx context.Context, s *submission) error {
 	}
 }
 
-// take removes up to maxBatch queued submissions and counts a transaction
-// in flight for them; nil when none are queued. b.mu must be held.
+// take removes the oldest queued submissions, up to maxBatch of them and
+// maxBytes of payload (always at least one), and counts a transaction in
+// flight for them; nil when none are queued. b.mu must be held.
 func (b *batcher) take() []*submission {
 	if len(b.pending) == 0 {
 		return nil
 	}
-	n := min(len(b.pending), b.maxBatch)
+	n, bytes := 0, int64(0)
+	for n < len(b.pending) && n < b.maxBatch {
+		size := b.pending[n].size
+		if n > 0 && bytes+size > b.maxBytes {
+			break
+		}
+		n, bytes = n+1, bytes+size
+	}
+	b.pendingBytes -= bytes
 	batch := b.pending[:n:n]
 	b.pending = append([]*submission(nil), b.pending[n:]...)
 	b.inFlight++

@@ -25,6 +25,7 @@ const (
 	DefaultMaxAttempts            = 3
 	DefaultGroupCommitWindow      = time.Millisecond
 	DefaultGroupCommitMaxBatch    = 256
+	DefaultGroupCommitMaxBytes    = 16 << 20
 	DefaultGroupCommitMaxInFlight = 2
 	DefaultFlushTimeout           = 15 * time.Second
 	DefaultListLimit              = 50
@@ -51,6 +52,11 @@ type Options struct {
 	// GroupCommitMaxBatch flushes a round early once this many submissions
 	// wait; zero means 256.
 	GroupCommitMaxBatch int
+	// GroupCommitMaxBytes flushes a round early once its payloads add up to
+	// this many bytes, and no round carries more (a larger submission goes
+	// alone): all payloads of a round travel in one text[] parameter, which
+	// PostgreSQL caps at 1 GB. Zero means 16 MiB.
+	GroupCommitMaxBytes int64
 	// GroupCommitMaxInFlight bounds concurrent group-commit transactions;
 	// zero means 2.
 	GroupCommitMaxInFlight int
@@ -97,6 +103,9 @@ func New(opts Options) (*Service, error) {
 	if opts.GroupCommitMaxBatch <= 0 {
 		opts.GroupCommitMaxBatch = DefaultGroupCommitMaxBatch
 	}
+	if opts.GroupCommitMaxBytes <= 0 {
+		opts.GroupCommitMaxBytes = DefaultGroupCommitMaxBytes
+	}
 	if opts.GroupCommitMaxInFlight <= 0 {
 		opts.GroupCommitMaxInFlight = DefaultGroupCommitMaxInFlight
 	}
@@ -114,6 +123,7 @@ func New(opts Options) (*Service, error) {
 		db:           opts.DB,
 		window:       opts.GroupCommitWindow,
 		maxBatch:     opts.GroupCommitMaxBatch,
+		maxBytes:     opts.GroupCommitMaxBytes,
 		maxInFlight:  opts.GroupCommitMaxInFlight,
 		flushTimeout: opts.FlushTimeout,
 	}

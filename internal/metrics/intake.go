@@ -36,6 +36,9 @@ type Intake struct {
 	Cancellations   *prometheus.CounterVec
 	RequestDuration *prometheus.HistogramVec
 	SubmitBatchSize prometheus.Histogram
+	// HandlerPanics counts HTTP handler panics recovered into a 500, by
+	// route template.
+	HandlerPanics *prometheus.CounterVec
 }
 
 // NewIntake creates the intake collectors and registers them on reg.
@@ -59,6 +62,10 @@ func NewIntake(reg prometheus.Registerer) *Intake {
 			Help:    "Submissions committed per group-commit transaction.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
 		}),
+		HandlerPanics: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mightyetl_http_handler_panics_total",
+			Help: "HTTP handler panics recovered into 500 etl_internal_error, by route template.",
+		}, []string{"route"}),
 	}
 	for _, o := range []string{SubmissionAccepted, SubmissionReplayed, SubmissionRejected} {
 		m.Submissions.WithLabelValues(o)
@@ -66,6 +73,6 @@ func NewIntake(reg prometheus.Registerer) *Intake {
 	for _, o := range []string{CancellationCancelled, CancellationReplayed, CancellationConflict, CancellationNotFound} {
 		m.Cancellations.WithLabelValues(o)
 	}
-	reg.MustRegister(m.Submissions, m.Cancellations, m.RequestDuration, m.SubmitBatchSize)
+	reg.MustRegister(m.Submissions, m.Cancellations, m.RequestDuration, m.SubmitBatchSize, m.HandlerPanics)
 	return m
 }

@@ -12,7 +12,8 @@ import (
 
 // PoolOptions sizes a connection pool. Zero values take the defaults noted.
 type PoolOptions struct {
-	// MaxConns is the pool size; zero means 4 × GOMAXPROCS as pgxpool decides.
+	// MaxConns is the pool size; zero keeps the URL's pool_max_conns, else
+	// pgxpool's default: the greater of 4 and runtime.NumCPU() (not GOMAXPROCS).
 	MaxConns int32
 	// MinConns connections are kept open; zero means none.
 	MinConns int32
