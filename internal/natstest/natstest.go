@@ -40,24 +40,30 @@ const LocalURL = "nats://127.0.0.1:4222"
 func URL(t testing.TB) string {
 	t.Helper()
 	urlOnce.Do(func() {
-		if u := os.Getenv("TEST_NATS_URL"); u != "" {
-			natsURL = u
-			return
-		}
-		localErr := probeLocal()
-		if localErr == nil {
-			natsURL = LocalURL
-			return
-		}
-		natsURL, urlErr = startContainer()
-		if urlErr != nil {
-			urlErr = fmt.Errorf("TEST_NATS_URL unset; local server: %v; %w", localErr, urlErr)
-		}
+		natsURL, urlErr = resolveServer(os.Getenv("TEST_NATS_URL"), probeLocal, startContainer)
 	})
 	if urlErr != nil {
 		t.Fatalf("natstest: no NATS for tests (set TEST_NATS_URL, start nats-server -js on 127.0.0.1:4222 or a Docker engine): %v", urlErr)
 	}
 	return natsURL
+}
+
+// resolveServer is URL's choice: env (TEST_NATS_URL) when set, else
+// LocalURL when probe answers, else container(); an error names every
+// source that was tried.
+func resolveServer(env string, probe func() error, container func() (string, error)) (string, error) {
+	if env != "" {
+		return env, nil
+	}
+	localErr := probe()
+	if localErr == nil {
+		return LocalURL, nil
+	}
+	u, err := container()
+	if err != nil {
+		return "", fmt.Errorf("TEST_NATS_URL unset; local server: %v; %w", localErr, err)
+	}
+	return u, nil
 }
 
 // probeLocal connects to LocalURL and checks that JetStream answers.

@@ -51,24 +51,30 @@ const LocalURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 func ServerURL(t testing.TB) string {
 	t.Helper()
 	serverOnce.Do(func() {
-		if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
-			serverURL, serverErr = withDatabase(u, "postgres")
-			return
-		}
-		localErr := probeLocal()
-		if localErr == nil {
-			serverURL = LocalURL
-			return
-		}
-		serverURL, serverErr = startContainer()
-		if serverErr != nil {
-			serverErr = fmt.Errorf("TEST_DATABASE_URL unset; local server: %v; %w", localErr, serverErr)
-		}
+		serverURL, serverErr = resolveServer(os.Getenv("TEST_DATABASE_URL"), probeLocal, startContainer)
 	})
 	if serverErr != nil {
 		t.Fatalf("pgtest: no PostgreSQL for tests (set TEST_DATABASE_URL, start one on 127.0.0.1:5432 or a Docker engine): %v", serverErr)
 	}
 	return serverURL
+}
+
+// resolveServer is ServerURL's choice: env (TEST_DATABASE_URL) when set,
+// else LocalURL when probe answers, else container(); an error names every
+// source that was tried.
+func resolveServer(env string, probe func() error, container func() (string, error)) (string, error) {
+	if env != "" {
+		return withDatabase(env, "postgres")
+	}
+	localErr := probe()
+	if localErr == nil {
+		return LocalURL, nil
+	}
+	u, err := container()
+	if err != nil {
+		return "", fmt.Errorf("TEST_DATABASE_URL unset; local server: %v; %w", localErr, err)
+	}
+	return u, nil
 }
 
 // probeLocal connects to LocalURL once, briefly.
