@@ -57,6 +57,10 @@ func runDev(args []string) int {
 		"MIGHTYETL_DIAGNOSTIC_JOBS_ENABLED": "true",
 		"MIGHTYETL_NATS_REQUESTS_ENABLED":   "true",
 	}
+	if os.Getenv("MIGHTYETL_BASIC_CREDENTIALS_FILE") == "" {
+		// The printed dev credential opens the operator console too.
+		defaults["MIGHTYETL_OPERATOR_PRINCIPALS"] = devPrincipal
+	}
 	getenv := func(k string) string {
 		if v := os.Getenv(k); v != "" {
 			return v
@@ -151,6 +155,9 @@ func runDev(args []string) int {
 		return 1
 	}
 	stoppers = append(stoppers, bridge.Stop)
+	if c := srv.Console(); c != nil {
+		c.SetRelayState(bridge.RelayState)
+	}
 	wp, err := worker.NewProcess(startCtx, wcfg, wloader.Provenance(), true, log)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "etlctl dev: worker: %s\n", wcfg.RedactError(err))
@@ -171,6 +178,9 @@ func runDev(args []string) int {
 	fmt.Println("mightyETL dev is running: intake " + base + ", worker metrics http://" + wp.MetricsAddr() + "/metrics")
 	if icfg.AuthMode == auth.ModeBasic && os.Getenv("MIGHTYETL_BASIC_CREDENTIALS_FILE") == "" {
 		fmt.Printf("dev credential (printed once): %s / %s\n", devPrincipal, password)
+		if icfg.ConsoleEnabled {
+			fmt.Printf("operator console: %s/console/ (sign in with the dev credential)\n", base)
+		}
 		fmt.Println("submit a sample job:")
 		fmt.Printf("curl -sS -i -u %s:%s -H 'Idempotency-Key: dev-sample-%s' -H 'Content-Type: application/json' --data '[{\"id\":\"a1\",\"name\":\"jane\",\"email\":\"Jane@Example.COM\",\"amount\":\"999.9\"}]' %s/api/etl/jobs\n",
 			devPrincipal, password, randomHex(8), base)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,7 +67,7 @@ func TestDevRunsTheWholeSystem(t *testing.T) {
 		}
 		close(lines)
 	}()
-	var curl string
+	var curl, credential, consoleURL string
 	deadline := time.After(90 * time.Second)
 	for curl == "" {
 		select {
@@ -76,6 +77,12 @@ func TestDevRunsTheWholeSystem(t *testing.T) {
 			}
 			if strings.HasPrefix(l, "curl ") {
 				curl = l
+			}
+			if c, ok := strings.CutPrefix(l, "dev credential (printed once): "); ok {
+				credential = strings.Replace(c, " / ", ":", 1)
+			}
+			if c, ok := strings.CutPrefix(l, "operator console: "); ok {
+				consoleURL, _, _ = strings.Cut(c, " ")
 			}
 		case <-deadline:
 			t.Fatal("no curl line within 90s")
@@ -115,6 +122,26 @@ func TestDevRunsTheWholeSystem(t *testing.T) {
 		t.Fatalf("loaded %q", data)
 	}
 	t.Logf("submit to SUCCEEDED via etlctl dev: %v", time.Since(start))
+
+	// The printed console address opens with the printed credential, as an
+	// operator, and shows the job.
+	if consoleURL == "" || credential == "" {
+		t.Fatalf("dev printed no console address (%q) or credential", consoleURL)
+	}
+	principal, password, _ := strings.Cut(credential, ":")
+	for _, page := range []string{consoleURL, strings.TrimSuffix(consoleURL, "/") + "/jobs/" + accepted.JobRecordID} {
+		req, _ := http.NewRequest("GET", page, nil)
+		req.SetBasicAuth(principal, password)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK || !strings.Contains(string(b), "mightyETL console") {
+			t.Fatalf("console %s with the dev credential: %d", page, res.StatusCode)
+		}
+	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

@@ -97,6 +97,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	if bridge == nil {
 		log.Info("NATS_URL not set; no outbox relay or request consumer (workers poll)")
 	}
+	if c := srv.Console(); c != nil {
+		c.SetRelayState(bridge.RelayState)
+	}
 	defer func() {
 		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -126,6 +126,11 @@ GRANT USAGE ON SCHEMA public TO mightyetl_worker_role, mightyetl_intake_role, mi
 -- cancellation (migration 00009) is the intake's alone.
 REVOKE ALL ON FUNCTION etl_cancel_job(uuid, text, text)
     FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
+-- The operator console's cancellation and bounded reads (migration 00010)
+-- are the intake's alone too.
+REVOKE ALL ON FUNCTION etl_operator_cancel_job(uuid, text, text), etl_ops_job_private(uuid),
+                       etl_ops_active_jobs(integer), etl_ops_counters(), etl_ops_outbox_backlog(integer)
+    FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
 
 ------------------------------------------------------------------------------
 -- Worker: claim, renew, succeed, retry, fail, release (internal/lease) and the
@@ -181,6 +186,14 @@ GRANT INSERT (job_record_id, job_kind, principal_scope_hash, submission_key_hash
     ON TABLE etl_job_records TO mightyetl_intake_role;
 GRANT UPDATE (principal_scope_hash) ON TABLE etl_job_records TO mightyetl_intake_role;
 GRANT EXECUTE ON FUNCTION etl_cancel_job(uuid, text, text) TO mightyetl_intake_role;
+-- Operator console (migration 00010): an operator's cancellation of any
+-- owner's job, and reads of the lease columns, the payload's record count,
+-- the claim queue, the claim/finish counters and the outbox backlog, each a
+-- SECURITY DEFINER function that returns no payload, key or lease id, so the
+-- column grants above stay as they are.
+GRANT EXECUTE ON FUNCTION etl_operator_cancel_job(uuid, text, text), etl_ops_job_private(uuid),
+                          etl_ops_active_jobs(integer), etl_ops_counters(), etl_ops_outbox_backlog(integer)
+    TO mightyetl_intake_role;
 GRANT SELECT, INSERT ON TABLE etl_idempotency_records TO mightyetl_intake_role;
 GRANT INSERT ON TABLE etl_outbox_events TO mightyetl_intake_role;
 -- Submit and replay queue new jobs (cancellation dequeues inside etl_cancel_job).

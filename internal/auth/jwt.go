@@ -50,6 +50,11 @@ type JWTOptions struct {
 	Leeway time.Duration
 	// Now is the clock; nil means time.Now. For tests.
 	Now func() time.Time
+	// OperatorClaim and OperatorValue (MIGHTYETL_JWT_OPERATOR_CLAIM,
+	// MIGHTYETL_JWT_OPERATOR_VALUE) make a token whose OperatorClaim holds
+	// OperatorValue (a string, or an array of strings containing it) an
+	// operator's; both empty means no claim makes an operator.
+	OperatorClaim, OperatorValue string
 }
 
 // JWT is the [ModeJWT] Authenticator. It accepts "Authorization: Bearer"
@@ -64,6 +69,8 @@ type JWT struct {
 	parser *jwt.Parser
 	byKid  map[string]verificationKey
 	byAlg  map[string][]jwt.VerificationKey // keys of each algorithm, for tokens without kid
+
+	operatorClaim, operatorValue string
 }
 
 type verificationKey struct {
@@ -86,6 +93,8 @@ func NewJWT(opts JWTOptions) (*JWT, error) {
 		return nil, errors.New("new jwt authenticator: JWKS file not set")
 	case opts.Leeway < 0:
 		return nil, errors.New("new jwt authenticator: negative leeway")
+	case (opts.OperatorClaim == "") != (opts.OperatorValue == ""):
+		return nil, errors.New("new jwt authenticator: operator claim and value must be set together")
 	}
 	leeway := opts.Leeway
 	if leeway == 0 {
@@ -99,7 +108,8 @@ func NewJWT(opts JWTOptions) (*JWT, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new jwt authenticator: %w", err)
 	}
-	j := &JWT{byKid: map[string]verificationKey{}, byAlg: map[string][]jwt.VerificationKey{}}
+	j := &JWT{byKid: map[string]verificationKey{}, byAlg: map[string][]jwt.VerificationKey{},
+		operatorClaim: opts.OperatorClaim, operatorValue: opts.OperatorValue}
 	if err := j.addKeys(data); err != nil {
 		return nil, fmt.Errorf("new jwt authenticator: JWKS file %s: %w", opts.JWKSFile, err)
 	}
@@ -277,23 +287,34 @@ var (
 // malformed header or an invalid token, and with ErrPrincipalUnusable when
 // a valid token's sub is missing, blank or longer than MaxPrincipalRunes.
 func (j *JWT) Authenticate(r *http.Request) (string, error) {
-	hdr, err := singleAuthorization(r)
-	if err != nil {
-		return "", err
-	}
-	tok, ok := cutScheme(hdr, "Bearer")
-	if !ok || len(tok) > maxBearerToken {
-		return "", errMalformedCredentials
-	}
 	var claims jwt.RegisteredClaims
-	if _, err := j.parser.ParseWithClaims(tok, &claims, j.keyFor); err != nil {
-		return "", tokenError(err)
+	if err := j.parseBearer(r, &claims); err != nil {
+		return "", err
 	}
 	if err := checkPrincipal(claims.Subject); err != nil {
 		return "", err
 	}
 	return claims.Subject, nil
 }
+
+// parseBearer verifies the bearer token of r into claims.
+func (j *JWT) parseBearer(r *http.Request, claims jwt.Claims) error {
+	hdr, err := singleAuthorization(r)
+	if err != nil {
+		return err
+	}
+	tok, ok := cutScheme(hdr, "Bearer")
+	if !ok || len(tok) > maxBearerToken {
+		return errMalformedCredentials
+	}
+	if _, err := j.parser.ParseWithClaims(tok, claims, j.keyFor); err != nil {
+		return tokenError(err)
+	}
+	return nil
+}
+
+// jsonUnmarshal is json.Unmarshal (a seam for operatorClaims).
+var jsonUnmarshal = json.Unmarshal
 
 // keyFor selects verification keys: the key named by kid, else every key
 // of the token's algorithm. A key is only ever returned for its own

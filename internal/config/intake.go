@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/mightyetl/mightyetl/internal/auth"
@@ -40,6 +41,11 @@ type Intake struct {
 	StatementTimeout      time.Duration // MIGHTYETL_INTAKE_STATEMENT_TIMEOUT, default 30s (100ms..1h): statement_timeout of the intake's pools
 	PoolSize              int           // MIGHTYETL_INTAKE_POOL_SIZE, default 16 (2..1000): request pool connections; /process may use half
 	NATS                  NATS          // NATS_URL and friends: outbox relay and request consumer
+	ConsoleEnabled        bool          // MIGHTYETL_CONSOLE_ENABLED, default true: serve /console/ and /api/ops/
+	ConsoleBulkCancelCap  int           // MIGHTYETL_CONSOLE_BULK_CANCEL_CAP, default 100 (1..1000): most jobs one bulk cancel cancels
+	OperatorPrincipals    []string      // MIGHTYETL_OPERATOR_PRINCIPALS: comma-separated operator principals
+	JWTOperatorClaim      string        // MIGHTYETL_JWT_OPERATOR_CLAIM: claim naming operators (jwt mode), with JWTOperatorValue
+	JWTOperatorValue      string        // MIGHTYETL_JWT_OPERATOR_VALUE: value of JWTOperatorClaim that makes an operator
 }
 
 // RegisterIntake registers every intake setting on l into dst.
@@ -69,6 +75,20 @@ func RegisterIntake(l *Loader, dst *Intake) {
 	l.Int(&dst.MaxInFlightBytes, "MIGHTYETL_INTAKE_MAX_INFLIGHT_BYTES", "max-inflight-bytes", DefaultMaxInFlightBytes, 1, MaxInFlightBytesCeiling, "request body bytes held at once across requests (503 etl_server_busy beyond)")
 	l.Duration(&dst.StatementTimeout, "MIGHTYETL_INTAKE_STATEMENT_TIMEOUT", "statement-timeout", 30*time.Second, 100*time.Millisecond, time.Hour, "statement_timeout of the intake's database pools")
 	l.Int(&dst.PoolSize, "MIGHTYETL_INTAKE_POOL_SIZE", "pool-size", 16, 2, 1000, "request pool connections (POST /api/etl/process may use half)")
+	l.Bool(&dst.ConsoleEnabled, "MIGHTYETL_CONSOLE_ENABLED", "console", true, "serve the operator console (/console/, /api/ops/)")
+	l.Int(&dst.ConsoleBulkCancelCap, "MIGHTYETL_CONSOLE_BULK_CANCEL_CAP", "console-bulk-cancel-cap", 100, 1, 1000, "most jobs one console bulk cancel cancels")
+	// Secret: provenance logs show "(set)", never the principals.
+	l.Secret(new(string), "MIGHTYETL_OPERATOR_PRINCIPALS", "operator-principals", "comma-separated principals allowed into the operator console", func(s string) error {
+		dst.OperatorPrincipals = nil
+		for _, p := range strings.Split(s, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				dst.OperatorPrincipals = append(dst.OperatorPrincipals, p)
+			}
+		}
+		return nil
+	})
+	l.String(&dst.JWTOperatorClaim, "MIGHTYETL_JWT_OPERATOR_CLAIM", "jwt-operator-claim", "", "JWT claim that marks operators (jwt mode), e.g. roles", nil)
+	l.String(&dst.JWTOperatorValue, "MIGHTYETL_JWT_OPERATOR_VALUE", "jwt-operator-value", "", "value of the operator claim that makes an operator, e.g. mightyetl-operator", nil)
 	RegisterNATS(l, &dst.NATS)
 }
 
@@ -120,6 +140,12 @@ func (c Intake) Validate() error {
 			}
 		}
 	}
+	if (c.JWTOperatorClaim == "") != (c.JWTOperatorValue == "") {
+		return errors.New("MIGHTYETL_JWT_OPERATOR_CLAIM and MIGHTYETL_JWT_OPERATOR_VALUE: set both or neither")
+	}
+	if c.JWTOperatorClaim != "" && c.AuthMode != auth.ModeJWT {
+		return errors.New("MIGHTYETL_JWT_OPERATOR_CLAIM: only used when MIGHTYETL_AUTH_MODE=jwt")
+	}
 	if c.IntakeOpen() && len(c.PrincipalHashKey) < MinPrincipalHashKeyBytes {
 		return fmt.Errorf("MIGHTYETL_PRINCIPAL_HASH_KEY: must be at least %d bytes when MIGHTYETL_AUTH_MODE=%s or MIGHTYETL_NATS_REQUESTS_ENABLED=true", MinPrincipalHashKeyBytes, c.AuthMode)
 	}
@@ -138,7 +164,8 @@ func (c Intake) Authenticator() (auth.Authenticator, error) {
 	case auth.ModeBasic:
 		return auth.NewBasic(auth.BasicOptions{CredentialsFile: c.BasicCredentialsFile})
 	case auth.ModeJWT:
-		return auth.NewJWT(auth.JWTOptions{Issuer: c.JWTIssuer, Audience: c.JWTAudience, JWKSFile: c.JWTJWKSFile})
+		return auth.NewJWT(auth.JWTOptions{Issuer: c.JWTIssuer, Audience: c.JWTAudience, JWKSFile: c.JWTJWKSFile,
+			OperatorClaim: c.JWTOperatorClaim, OperatorValue: c.JWTOperatorValue})
 	}
 	return auth.NewDeny(), nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mightyetl/mightyetl/internal/auth"
+	"github.com/mightyetl/mightyetl/internal/console"
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
@@ -109,6 +110,11 @@ func newEnvOn(t testing.TB, pool *pgxpool.Pool, url string, options ...envOption
 		PollInterval:          1500 * time.Millisecond,
 		DiagnosticJobsEnabled: true,
 	}
+	cons, err := console.New(console.Options{DB: pool, HashKey: testHashKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Console, o.Operators, o.PrincipalHashKey = cons, auth.NewOperators([]string{"operator"}), testHashKey
 	for _, opt := range options {
 		opt(&o, &so)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers/legacy"
+	"github.com/google/uuid"
 	"github.com/mightyetl/mightyetl/internal/pg"
 )
 
@@ -98,6 +99,20 @@ func TestOpenAPIContract(t *testing.T) {
 		{Method: "POST", Path: "/api/etl/process", Principal: "alice", Body: sampleBody, Header: map[string]string{"Content-Type": "text/plain"}},
 		{Method: "POST", Path: "/api/etl/diagnostic-jobs", Principal: "alice", Key: "key-openapi-00000006", Body: `{"durationMillis":1}`},
 		{Method: "POST", Path: "/api/etl/diagnostic-jobs", Principal: "alice", Key: "key-openapi-00000007", Body: `{"durationMillis":-1}`},
+		{Method: "GET", Path: "/api/ops/overview", Principal: "operator"},
+		{Method: "GET", Path: "/api/ops/overview", Principal: "alice"},
+		{Method: "GET", Path: "/api/ops/overview"},
+		{Method: "GET", Path: "/api/ops/jobs", Principal: "operator"},
+		{Method: "GET", Path: "/api/ops/jobs?state=FAILED&limit=20", Principal: "operator"},
+		{Method: "GET", Path: "/api/ops/jobs?state=PENDING", Principal: "operator"},
+		{Method: "GET", Path: "/api/ops/jobs?state=BOGUS", Principal: "operator"},
+		{Method: "GET", Path: "/api/ops/jobs", Principal: "alice"},
+		{Method: "GET", Path: "/api/ops/jobs/" + s.JobRecordID, Principal: "operator"},
+		{Method: "GET", Path: "/api/ops/jobs/" + replayed.JobRecordID, Principal: "operator"},
+		{Method: "GET", Path: "/api/ops/jobs/" + uuid.NewString(), Principal: "operator"},
+		{Method: "GET", Path: "/api/ops/jobs/" + s.JobRecordID, Principal: "alice"},
+		{Method: "GET", Path: "/api/ops/workers", Principal: "operator"},
+		{Method: "GET", Path: "/api/ops/workers", Principal: "alice"},
 		{Method: "GET", Path: "/healthz"},
 		{Method: "GET", Path: "/readyz"},
 		{Method: "GET", Path: "/metrics"},

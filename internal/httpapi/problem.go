@@ -67,6 +67,8 @@ var problemTable = map[string]problemSpec{
 	intake.CodeInternalError:             {500, "Internal error", "The request could not be completed."},
 	codeAuthRateLimited:                  {429, "Too many login attempts", "Too many failed or waiting logins from this address; retry after Retry-After seconds."},
 	codeAuthOverloaded:                   {503, "Authentication overloaded", "Password verification is at capacity; retry after Retry-After seconds."},
+	codeOperatorRequired:                 {403, "Operator required", "This resource is for operators (MIGHTYETL_OPERATOR_PRINCIPALS or the JWT operator claim)."},
+	codeInvalidOpsFilter:                 {400, "Invalid filter", "state, kind, code, from, to, before or limit has an unknown value."},
 }
 
 // problemTypePrefix starts every problem type URI.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mightyetl/mightyetl/internal/auth"
+	"github.com/mightyetl/mightyetl/internal/console"
 	"github.com/mightyetl/mightyetl/internal/health"
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/metrics"
@@ -69,6 +70,15 @@ type Options struct {
 	// DiagnosticJobsEnabled serves POST /api/etl/diagnostic-jobs
 	// (MIGHTYETL_DIAGNOSTIC_JOBS_ENABLED); otherwise it is 404.
 	DiagnosticJobsEnabled bool
+	// Console, when not nil, serves the operator console under /console/
+	// and its JSON under /api/ops/ (MIGHTYETL_CONSOLE_ENABLED); nil makes
+	// both 404.
+	Console *console.Console
+	// Operators decides who may use the console; nil names nobody.
+	Operators *auth.Operators
+	// PrincipalHashKey keys the operator's principal scope hash (the same
+	// MIGHTYETL_PRINCIPAL_HASH_KEY as the Service's).
+	PrincipalHashKey []byte
 }
 
 func (o *Options) normalise() error {
@@ -153,6 +163,9 @@ func NewHandler(opts Options) (http.Handler, error) {
 		post("POST /api/etl/diagnostic-jobs", a.submit("diagnostic"))
 		allow("/api/etl/diagnostic-jobs", "POST")
 	}
+	if opts.Console != nil {
+		a.registerConsole(mux)
+	}
 	route("/api/", func(w http.ResponseWriter, r *http.Request, _ string) { writeProblem(w, r, codeRouteNotFound) })
 	health.Register(mux, opts.Pool, opts.Gatherer)
 	return a.instrument(a.recoverPanics(mux)), nil
@@ -171,6 +184,9 @@ type Server struct {
 	served   chan struct{}
 	serveErr error
 	stopped  bool
+	// the console's rate sampler (nil without a console)
+	sampleStop context.CancelFunc
+	sampleDone chan struct{}
 }
 
 // NewServer builds a Server; it does not listen until Start.
@@ -198,6 +214,9 @@ func NewServer(opts Options) (*Server, error) {
 // Handler returns the server's handler (for in-process tests).
 func (s *Server) Handler() http.Handler { return s.handler }
 
+// Console is the operator console the server serves, nil when disabled.
+func (s *Server) Console() *console.Console { return s.opts.Console }
+
 // Start listens on Options.Addr and serves in the background. It returns
 // the listen error, if any; ctx bounds only the start-up.
 func (s *Server) Start(ctx context.Context) error {
@@ -212,6 +231,14 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	s.ln, s.served = ln, make(chan struct{})
+	if c := s.opts.Console; c != nil {
+		sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		s.sampleStop, s.sampleDone = stop, make(chan struct{})
+		go func() {
+			defer close(s.sampleDone)
+			c.Run(sctx)
+		}()
+	}
 	go func() {
 		defer close(s.served)
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -244,6 +271,10 @@ func (s *Server) Stop(ctx context.Context) error {
 	}
 	s.stopped = true
 	served := s.served
+	if s.sampleStop != nil {
+		s.sampleStop()
+		<-s.sampleDone
+	}
 	s.mu.Unlock()
 	err := s.srv.Shutdown(ctx)
 	if err != nil {

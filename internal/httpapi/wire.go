@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mightyetl/mightyetl/internal/auth"
 	"github.com/mightyetl/mightyetl/internal/config"
+	"github.com/mightyetl/mightyetl/internal/console"
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
@@ -89,6 +90,14 @@ func NewServerFromConfig(cfg config.Intake, pools Pools, authn auth.Authenticato
 	if err != nil {
 		return nil, nil, err
 	}
+	var cons *console.Console
+	if cfg.ConsoleEnabled {
+		cons, err = console.New(console.Options{DB: pools.Requests, HashKey: []byte(cfg.PrincipalHashKey), Logger: log,
+			BulkCancelCap: cfg.ConsoleBulkCancelCap})
+		if err != nil {
+			return nil, nil, err
+		}
+	}
 	srv, err := NewServer(Options{
 		Addr:                  cfg.HTTPAddr,
 		Service:               svc,
@@ -102,6 +111,9 @@ func NewServerFromConfig(cfg config.Intake, pools Pools, authn auth.Authenticato
 		ProcessConcurrency:    max(1, int(pools.Requests.Config().MaxConns)/2),
 		PollInterval:          cfg.WorkerPollInterval,
 		DiagnosticJobsEnabled: cfg.DiagnosticJobsEnabled,
+		Console:               cons,
+		Operators:             auth.NewOperators(cfg.OperatorPrincipals),
+		PrincipalHashKey:      []byte(cfg.PrincipalHashKey),
 	})
 	if err != nil {
 		return nil, nil, err

@@ -100,3 +100,16 @@ func (b *Bridge) Stop(ctx context.Context) error {
 	b.nc.Close()
 	return err
 }
+
+// RelayState is the outbox relay's NATS state for the operator console:
+// "connected", "disconnected", or "not configured" (nil Bridge: NATS_URL
+// unset).
+func (b *Bridge) RelayState() string {
+	if b == nil || b.nc == nil {
+		return "not configured"
+	}
+	if b.nc.IsConnected() {
+		return "connected"
+	}
+	return "disconnected"
+}

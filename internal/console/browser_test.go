@@ -1,0 +1,445 @@
+package console_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/mightyetl/mightyetl/internal/auth"
+	"github.com/mightyetl/mightyetl/internal/config"
+	"github.com/mightyetl/mightyetl/internal/httpapi"
+	"github.com/mightyetl/mightyetl/internal/metrics"
+	"github.com/mightyetl/mightyetl/internal/pgtest"
+	"github.com/mightyetl/mightyetl/internal/testwait"
+	"github.com/mightyetl/mightyetl/internal/worker"
+)
+
+// chromiumPath finds Debian's chromium (MIGHTYETL_CHROMIUM overrides) or
+// fails the test with one line naming the fix. Never skips.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("MIGHTYETL_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatal("chromium not found: run `apt-get install -y chromium` (.ci/run does) or set MIGHTYETL_CHROMIUM")
+	return ""
+}
+
+// stack is a real intake (HTTP API + console, Basic auth) and a real
+// worker on a fresh database.
+type stack struct {
+	t      *testing.T
+	base   string
+	pass   map[string]string
+	worker *worker.Process
+}
+
+func startStack(t *testing.T) *stack {
+	t.Helper()
+	_, url := pgtest.NewDatabase(t)
+	dir := t.TempDir()
+	pass := map[string]string{"operator": "operator-password-1", "alice": "alice-password-1"}
+	var lines []string
+	for p, pw := range pass {
+		line, err := auth.CredentialLine(p, []byte(pw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, line)
+	}
+	creds := filepath.Join(dir, "credentials")
+	if err := os.WriteFile(creds, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"DATABASE_URL":                      url,
+		"MIGHTYETL_HTTP_ADDR":               "127.0.0.1:0",
+		"MIGHTYETL_AUTH_MODE":               "basic",
+		"MIGHTYETL_BASIC_CREDENTIALS_FILE":  creds,
+		"MIGHTYETL_PRINCIPAL_HASH_KEY":      "console-test-principal-hash-key-0123456789",
+		"MIGHTYETL_DIAGNOSTIC_JOBS_ENABLED": "true",
+		"MIGHTYETL_OPERATOR_PRINCIPALS":     "operator",
+		"MIGHTYETL_CONSOLE_BULK_CANCEL_CAP": "3",
+		"MIGHTYETL_WORKER_ID":               "console-test-worker-1",
+		"MIGHTYETL_WORKER_CONCURRENCY":      "1",
+		"MIGHTYETL_WORKER_POLL_INTERVAL":    "100ms",
+		"MIGHTYETL_LEASE_DURATION":          "3s",
+		"MIGHTYETL_MAX_ATTEMPTS":            "1",
+		"MIGHTYETL_SHUTDOWN_GRACE_PERIOD":   "2s",
+	}
+	getenv := func(k string) string { return env[k] }
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	icfg, _, err := config.LoadIntake(nil, getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	authn, err := icfg.Authenticator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pools, err := httpapi.OpenPools(ctx, icfg, "console-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pools.Close)
+	srv, _, err := httpapi.NewServerFromConfig(icfg, pools, authn, log, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
+	wcfg, wl, err := config.LoadWorker(nil, getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wp, err := worker.NewProcess(ctx, wcfg, wl.Provenance(), false, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wp.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = wp.Stop(c)
+	})
+	return &stack{t: t, base: "http://" + srv.Addr(), pass: pass, worker: wp}
+}
+
+func (s *stack) basic(principal string) string {
+	return "Basic " + base64.StdEncoding.EncodeToString([]byte(principal+":"+s.pass[principal]))
+}
+
+// do sends one request as principal ("" sends no credentials).
+func (s *stack) do(method, path, principal, key, body string) (int, http.Header, []byte) {
+	s.t.Helper()
+	req, err := http.NewRequest(method, s.base+path, strings.NewReader(body))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if principal != "" {
+		req.Header.Set("Authorization", s.basic(principal))
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, res.Header, b
+}
+
+// submit posts a job as alice and returns its id.
+func (s *stack) submit(path, key, body string) string {
+	s.t.Helper()
+	code, _, b := s.do("POST", path, "alice", key, body)
+	if code != http.StatusAccepted {
+		s.t.Fatalf("submit: %d %s", code, b)
+	}
+	var r struct {
+		JobRecordID string `json:"jobRecordId"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		s.t.Fatal(err)
+	}
+	return r.JobRecordID
+}
+
+func (s *stack) status(id string) string {
+	s.t.Helper()
+	_, _, b := s.do("GET", "/api/etl/jobs/"+id, "alice", "", "")
+	var r struct {
+		JobStatus string `json:"jobStatus"`
+	}
+	_ = json.Unmarshal(b, &r)
+	return r.JobStatus
+}
+
+func (s *stack) waitStatus(id, want string) {
+	s.t.Helper()
+	testwait.For(s.t, 60*time.Second, "job "+want, func() bool { return s.status(id) == want })
+}
+
+// workerOutcome reads mightyetl_worker_outcomes_total{outcome}.
+func (s *stack) workerOutcome(outcome string) float64 {
+	mfs, err := s.worker.Registry.Gather()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "mightyetl_worker_outcomes_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if labelIs(m, "outcome", outcome) {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+func labelIs(m *dto.Metric, name, value string) bool {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name && l.GetValue() == value {
+			return true
+		}
+	}
+	return false
+}
+
+// TestConsoleInBrowser drives the console in headless chromium against a
+// real intake, worker and PostgreSQL. With MIGHTYETL_CONSOLE_SCREENSHOTS=1
+// it also writes each page's screenshot to docs/console/.
+func TestConsoleInBrowser(t *testing.T) {
+	chrome := chromiumPath(t)
+	s := startStack(t)
+
+	// Access: no credentials 401 with the Basic challenge; a non-operator 403.
+	for _, p := range []string{"/console/", "/console/jobs", "/console/workers"} {
+		code, h, _ := s.do("GET", p, "", "", "")
+		if code != http.StatusUnauthorized || !strings.HasPrefix(h.Get("WWW-Authenticate"), "Basic ") {
+			t.Fatalf("%s without credentials: %d %q", p, code, h.Get("WWW-Authenticate"))
+		}
+		if code, _, _ := s.do("GET", p, "alice", "", ""); code != http.StatusForbidden {
+			t.Fatalf("%s as a non-operator: %d", p, code)
+		}
+		if code, _, _ := s.do("GET", p, "operator", "", ""); code != http.StatusOK {
+			t.Fatalf("%s as an operator: %d", p, code)
+		}
+	}
+	if code, _, _ := s.do("GET", "/api/ops/jobs", "alice", "", ""); code != http.StatusForbidden {
+		t.Fatalf("/api/ops/jobs as a non-operator: %d", code)
+	}
+
+	// Real data: two jobs that succeed, one that fails, one that runs
+	// (and holds the only slot), then five that stay PENDING behind it (after the cancel the freed slot claims one).
+	const rec = `[{"id":"a1","name":"jane","amount":"999.9"},{"id":"a2","email":"X@Y.Z"}]`
+	ok1 := s.submit("/api/etl/jobs", "console-ok-000000001", rec)
+	ok2 := s.submit("/api/etl/jobs", "console-ok-000000002", rec)
+	failed := s.submit("/api/etl/diagnostic-jobs", "console-fail-0000001", `{"durationMillis":1,"records":[{"id":"f1"}],"failWith":"permanent"}`)
+	s.waitStatus(ok1, "SUCCEEDED")
+	s.waitStatus(ok2, "SUCCEEDED")
+	s.waitStatus(failed, "FAILED")
+	running := s.submit("/api/etl/diagnostic-jobs", "console-run-00000001", `{"durationMillis":600000,"records":[{"id":"r1"},{"id":"r2"},{"id":"r3"}]}`)
+	s.waitStatus(running, "RUNNING")
+	var pending []string
+	for i := range 5 {
+		pending = append(pending, s.submit("/api/etl/diagnostic-jobs", fmt.Sprintf("console-pend-%07d", i), `{"durationMillis":600000,"records":[{"id":"p1"}]}`))
+	}
+
+	// The browser: fresh profile, every request recorded.
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chrome),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true), chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.WindowSize(1280, 900),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+	var mu sync.Mutex
+	var requested []string
+	if err := chromedp.Listen(bctx, func(ev any) {
+		if e, ok := ev.(*network.EventRequestWillBeSent); ok && e.Request != nil {
+			mu.Lock()
+			requested = append(requested, e.Request.URL)
+			mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	if _, err := chromedp.Call(bctx, network.Enable, network.EnableParams{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(bctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{
+		Headers: network.Headers{"Authorization": s.basic("operator")}}); err != nil {
+		t.Fatal(err)
+	}
+	step := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
+		defer cancel()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			dctx, dcancel := context.WithTimeout(bctx, 10*time.Second)
+			defer dcancel()
+			page, _ := chromedp.Run(dctx, chromedp.Evaluate[string](`location.href + "\n" + document.body.innerText`))
+			t.Fatalf("%s: %v; page:\n%s", what, err, page)
+		}
+	}
+	get := func(what string, a chromedp.Action[string]) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
+		defer cancel()
+		v, err := chromedp.Run(ctx, a)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return v
+	}
+	count := func(sel string) int {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
+		defer cancel()
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll(`+strconv.Quote(sel)+`).length`))
+		if err != nil {
+			t.Fatalf("count %s: %v", sel, err)
+		}
+		return n
+	}
+	shots := map[string][]byte{}
+	shot := func(name string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
+		defer cancel()
+		b, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		shots[name] = b
+	}
+
+	// Overview.
+	step("overview", chromedp.Navigate(s.base+"/console/"), chromedp.WaitVisible(chromedp.CSS("h1")))
+	text := get("overview text", chromedp.Text(chromedp.CSS("main")))
+	shot("overview")
+	for _, want := range []string{"Pending", "Running", "Outbox and relay", "Terminal outcomes", "etl_diagnostic_requested_failure"} {
+		if !strings.Contains(text, want) {
+			t.Fatalf("overview lacks %q:\n%s", want, text)
+		}
+	}
+
+	// Jobs: all nine, then a filter narrows to the failed one.
+	step("jobs", chromedp.Navigate(s.base+"/console/jobs"), chromedp.WaitVisible(chromedp.ID("jobs-body")))
+	shot("jobs")
+	if n := count("#jobs-body tr"); n != 9 {
+		t.Fatalf("jobs page shows %d rows, want 9", n)
+	}
+	step("filter", chromedp.SetValue(chromedp.CSS("select[name=state]"), "FAILED"),
+		chromedp.Click(chromedp.CSS("#job-filter button[type=submit]")),
+		chromedp.WaitVisible(chromedp.CSS(`#jobs-body .status-failed`)))
+	text = get("filtered rows", chromedp.Text(chromedp.ID("jobs-body")))
+	if n := count("#jobs-body tr"); n != 1 || !strings.Contains(text, failed) {
+		t.Fatalf("FAILED filter shows %d rows: %s", n, text)
+	}
+
+	// Workers: the worker holds the running job's lease.
+	step("workers", chromedp.Navigate(s.base+"/console/workers"), chromedp.WaitVisible(chromedp.CSS("h1")))
+	text = get("workers text", chromedp.Text(chromedp.CSS("main")))
+	shot("workers")
+	if !strings.Contains(text, "console-test-worker-1") || !strings.Contains(text, "renewing") {
+		t.Fatalf("workers page:\n%s", text)
+	}
+
+	// Detail of the running job, then cancel it from there.
+	step("detail", chromedp.Navigate(s.base+"/console/jobs/"+running), chromedp.WaitVisible(chromedp.ID("cancel-job")))
+	text = get("detail text", chromedp.Text(chromedp.CSS("main")))
+	shot("job")
+	for _, want := range []string{"RUNNING", "console-test-worker-1", "Fencing token", "1 / 1", "by the database clock"} {
+		if !strings.Contains(text, want) {
+			t.Fatalf("detail lacks %q:\n%s", want, text)
+		}
+	}
+	if records := get("record count", chromedp.Text(chromedp.ID("record-count"))); records != "3" {
+		t.Fatalf("detail shows record count %q, want 3", records)
+	}
+	cancelledBefore := s.workerOutcome(metrics.OutcomeCancelled)
+	step("cancel", chromedp.Click(chromedp.ID("cancel-job")), chromedp.WaitVisible(chromedp.CSS(".notice")))
+	if st := get("state after cancel", chromedp.Text(chromedp.ID("job-state"))); st != "CANCELLED" {
+		t.Fatalf("after cancel the page shows %q", st)
+	}
+	if st := s.status(running); st != "CANCELLED" {
+		t.Fatalf("owner API sees %s after the operator's cancel", st)
+	}
+	testwait.For(t, 60*time.Second, "the running handler stops", func() bool {
+		return s.workerOutcome(metrics.OutcomeCancelled) > cancelledBefore
+	})
+
+	// Bulk cancel of PENDING jobs: the confirmation states the capped count.
+	step("bulk review", chromedp.Navigate(s.base+"/console/jobs?state=PENDING"),
+		chromedp.WaitVisible(chromedp.CSS("a.button.danger")),
+		chromedp.Click(chromedp.CSS("a.button.danger")), chromedp.WaitVisible(chromedp.ID("bulk-count")))
+	text = get("bulk count", chromedp.Text(chromedp.ID("bulk-count")))
+	shot("bulk-cancel")
+	if !strings.Contains(text, "This cancels 3 PENDING jobs") || !strings.Contains(text, "cap of 3") {
+		t.Fatalf("bulk confirmation: %q", text)
+	}
+	step("bulk confirm", chromedp.Click(chromedp.ID("confirm-bulk")), chromedp.WaitVisible(chromedp.CSS(".notice")))
+	if text = get("bulk notice", chromedp.Text(chromedp.CSS(".notice"))); text != "Cancelled 3 jobs." {
+		t.Fatalf("bulk notice %q", text)
+	}
+	byOperator := 0
+	for _, id := range append(pending, running) {
+		_, _, b := s.do("GET", "/api/ops/jobs/"+id, "operator", "", "")
+		if strings.Contains(string(b), `"code":"etl_job_cancelled_by_operator"`) {
+			byOperator++
+		}
+	}
+	if byOperator != 4 {
+		t.Fatalf("%d jobs cancelled by the operator, want 4 (1 + the bulk cap of 3)", byOperator)
+	}
+
+	// A cross-origin POST is refused even with the operator's credentials.
+	req, _ := http.NewRequest("POST", s.base+"/console/jobs/"+pending[3]+"/cancel", strings.NewReader("csrf=x"))
+	req.Header.Set("Authorization", s.basic("operator"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", "http://evil.example")
+	if res, err := http.DefaultClient.Do(req); err != nil || res.StatusCode != http.StatusForbidden {
+		t.Fatalf("cross-origin cancel: %v %v", res, err)
+	}
+
+	// Nothing outside the console's origin was requested.
+	mu.Lock()
+	defer mu.Unlock()
+	if len(requested) < 8 {
+		t.Fatalf("only %d requests recorded", len(requested))
+	}
+	for _, u := range requested {
+		if !strings.HasPrefix(u, s.base+"/") && !strings.HasPrefix(u, "data:") && u != "about:blank" {
+			t.Fatalf("request outside the console's origin: %s", u)
+		}
+	}
+
+	if os.Getenv("MIGHTYETL_CONSOLE_SCREENSHOTS") == "1" {
+		for name, b := range shots {
+			if err := os.WriteFile(filepath.Join("..", "..", "docs", "console", name+".png"), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}

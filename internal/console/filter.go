@@ -1,0 +1,122 @@
+package console
+
+import (
+	"errors"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/mightyetl/mightyetl/internal/pg"
+)
+
+// Filter is the job list's filter, parsed from a query string.
+type Filter struct {
+	Status string
+	Kind   string
+	Code   string
+	From   time.Time
+	To     time.Time
+	Before *uuid.UUID
+	Limit  int
+}
+
+// timeLayouts are the accepted from/to forms: RFC 3339, and the value of
+// an HTML datetime-local input (read as UTC).
+var timeLayouts = []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04"}
+
+var errBadFilter = errors.New("invalid filter")
+
+// ParseFilter parses state, kind, code, from, to, before and limit;
+// unknown values are errors (never a silent widening of the filter).
+func ParseFilter(q url.Values) (Filter, error) {
+	f := Filter{Limit: 50}
+	f.Status = strings.TrimSpace(q.Get("state"))
+	switch f.Status {
+	case "", pg.StatusPending, pg.StatusRunning, pg.StatusSucceeded, pg.StatusFailed, pg.StatusCancelled:
+	default:
+		return Filter{}, errBadFilter
+	}
+	f.Kind = strings.TrimSpace(q.Get("kind"))
+	switch f.Kind {
+	case "", pg.KindETLRecords, pg.KindDiagnostic:
+	default:
+		return Filter{}, errBadFilter
+	}
+	f.Code = strings.TrimSpace(q.Get("code"))
+	if len(f.Code) > 128 || strings.Trim(f.Code, "abcdefghijklmnopqrstuvwxyz0123456789_") != "" {
+		return Filter{}, errBadFilter
+	}
+	for _, tf := range []struct {
+		name string
+		dst  *time.Time
+	}{{"from", &f.From}, {"to", &f.To}} {
+		v := strings.TrimSpace(q.Get(tf.name))
+		if v == "" {
+			continue
+		}
+		var err error
+		for _, layout := range timeLayouts {
+			var t time.Time
+			if t, err = time.ParseInLocation(layout, v, time.UTC); err == nil {
+				*tf.dst = t.UTC()
+				break
+			}
+		}
+		if err != nil {
+			return Filter{}, errBadFilter
+		}
+	}
+	if v := q.Get("before"); v != "" {
+		id, err := uuid.Parse(v)
+		if err != nil {
+			return Filter{}, errBadFilter
+		}
+		f.Before = &id
+	}
+	switch q.Get("limit") {
+	case "", "50":
+	case "20":
+		f.Limit = 20
+	case "100":
+		f.Limit = 100
+	default:
+		return Filter{}, errBadFilter
+	}
+	return f, nil
+}
+
+// Query renders f as a query string (without before unless keep).
+func (f Filter) Query(keepBefore bool) url.Values {
+	q := url.Values{}
+	set := func(k, v string) {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	set("state", f.Status)
+	set("kind", f.Kind)
+	set("code", f.Code)
+	if !f.From.IsZero() {
+		q.Set("from", f.From.Format(time.RFC3339))
+	}
+	if !f.To.IsZero() {
+		q.Set("to", f.To.Format(time.RFC3339))
+	}
+	if keepBefore && f.Before != nil {
+		q.Set("before", f.Before.String())
+	}
+	if f.Limit != 50 && f.Limit != 0 {
+		q.Set("limit", itoa(f.Limit))
+	}
+	return q
+}
+
+func (f Filter) params() pg.OpsListParams {
+	limit := f.Limit
+	if limit == 0 {
+		limit = 50
+	}
+	return pg.OpsListParams{Status: f.Status, Kind: f.Kind, FailureCode: f.Code, From: f.From, To: f.To,
+		Before: f.Before, Limit: limit}
+}

@@ -1,0 +1,390 @@
+package console
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/mightyetl/mightyetl/internal/pg"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed assets
+var assetFS embed.FS
+
+// contentSecurityPolicy allows nothing outside the console's own origin.
+const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " +
+	"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+var funcs = template.FuncMap{
+	"ts": func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return t.UTC().Format("2006-01-02 15:04:05Z")
+	},
+	"tsp": func(t *time.Time) string {
+		if t == nil {
+			return ""
+		}
+		return t.UTC().Format("2006-01-02 15:04:05Z")
+	},
+	"iso": func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	"str": func(s *string) string {
+		if s == nil {
+			return ""
+		}
+		return *s
+	},
+	"secs": func(f float64) string {
+		d := time.Duration(f * float64(time.Second)).Round(time.Second)
+		return d.String()
+	},
+	"until": func(t time.Time, now time.Time) string { return t.Sub(now).Round(time.Second).String() },
+	"untilSecs": func(t *time.Time, now time.Time) string {
+		if t == nil {
+			return ""
+		}
+		return strconv.FormatFloat(t.Sub(now).Seconds(), 'f', 1, 64)
+	},
+	"lower":  strings.ToLower,
+	"active": func(s string) bool { return s == pg.StatusPending || s == pg.StatusRunning },
+	"code": func(j pg.OpsJob) string {
+		if j.FailureCode != nil {
+			return *j.FailureCode
+		}
+		if j.CancellationCode != nil {
+			return *j.CancellationCode
+		}
+		return ""
+	},
+}
+
+// Handler serves /console/ for the operator in the request context (set by
+// the caller after authentication; without one every page is 403).
+func (c *Console) Handler() http.Handler {
+	pages := map[string]*template.Template{}
+	for _, name := range []string{"overview", "jobs", "job", "workers", "confirm", "error"} {
+		pages[name] = template.Must(template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html"))
+	}
+	assets, _ := fs.Sub(assetFS, "assets")
+	mux := http.NewServeMux()
+	h := &pageHandler{c: c, pages: pages}
+	mux.HandleFunc("GET /console/{$}", h.overview)
+	mux.HandleFunc("GET /console/jobs", h.jobs)
+	mux.HandleFunc("GET /console/jobs/{id}", h.job)
+	mux.HandleFunc("POST /console/jobs/{id}/cancel", h.cancel)
+	mux.HandleFunc("GET /console/bulk-cancel", h.bulkConfirm)
+	mux.HandleFunc("POST /console/bulk-cancel", h.bulkCancel)
+	mux.HandleFunc("GET /console/workers", h.workers)
+	mux.Handle("GET /console/assets/", http.StripPrefix("/console/assets/", http.FileServerFS(assets)))
+	mux.HandleFunc("/console/", func(w http.ResponseWriter, r *http.Request) {
+		h.error(w, r, http.StatusNotFound, "Not found", "No such console page.")
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("Content-Security-Policy", contentSecurityPolicy)
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("Referrer-Policy", "same-origin")
+		hd.Set("X-Frame-Options", "DENY")
+		hd.Set("Cache-Control", "no-store")
+		if _, ok := operatorFrom(r.Context()); !ok {
+			h.error(w, r, http.StatusForbidden, "Forbidden", "The console is for operators.")
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// RenderError writes a console error page (used by the caller for 401 and
+// 403 before the console runs).
+func (c *Console) RenderError(w http.ResponseWriter, r *http.Request, status int, title, msg string) {
+	t := template.Must(template.New("error").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/error.html"))
+	(&pageHandler{c: c, pages: map[string]*template.Template{"error": t}}).error(w, r, status, title, msg)
+}
+
+type pageHandler struct {
+	c     *Console
+	pages map[string]*template.Template
+}
+
+// view is what every template gets.
+type view struct {
+	Title  string
+	Nav    string
+	Token  string
+	Notice string
+	Data   any
+}
+
+func (h *pageHandler) render(w http.ResponseWriter, r *http.Request, status int, page, title string, data any) {
+	op, _ := operatorFrom(r.Context())
+	v := view{Title: title, Nav: page, Data: data, Notice: r.URL.Query().Get("notice")}
+	if op.ScopeHash != "" {
+		v.Token = h.c.CSRFToken(op)
+	}
+	var buf bytes.Buffer
+	if err := h.pages[page].ExecuteTemplate(&buf, "layout", v); err != nil {
+		h.c.opts.Logger.LogAttrs(r.Context(), slog.LevelError, "console render", slog.String("page", page))
+		http.Error(w, "render error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (h *pageHandler) error(w http.ResponseWriter, r *http.Request, status int, title, msg string) {
+	h.render(w, r, status, "error", title, struct{ Status, Message string }{strconv.Itoa(status) + " " + title, msg})
+}
+
+func (h *pageHandler) dbError(w http.ResponseWriter, r *http.Request) {
+	h.c.opts.Logger.LogAttrs(r.Context(), slog.LevelError, "console read", slog.String("route", r.Pattern))
+	h.error(w, r, http.StatusServiceUnavailable, "Unavailable", "The database did not answer; reload to retry.")
+}
+
+func (h *pageHandler) overview(w http.ResponseWriter, r *http.Request) {
+	o, err := h.c.Overview(r.Context())
+	if err != nil {
+		h.dbError(w, r)
+		return
+	}
+	h.render(w, r, http.StatusOK, "overview", "Overview", struct {
+		Overview
+		Chart template.HTML
+	}{o, rateChart(o.Rates)})
+}
+
+type jobsView struct {
+	Filter   Filter
+	Page     pg.OpsPage
+	NextURL  string
+	FirstURL string
+	LiveURL  string
+	BulkURL  string
+	Cap      int
+	States   []string
+}
+
+func (h *pageHandler) jobs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if id := strings.TrimSpace(q.Get("id")); id != "" {
+		if u, err := uuid.Parse(id); err == nil {
+			http.Redirect(w, r, "/console/jobs/"+u.String(), http.StatusSeeOther)
+			return
+		}
+		h.error(w, r, http.StatusBadRequest, "Bad request", "A job id is a UUID.")
+		return
+	}
+	f, err := ParseFilter(q)
+	if err != nil {
+		h.error(w, r, http.StatusBadRequest, "Bad request", "The filter has an unknown state, kind, code or time.")
+		return
+	}
+	page, err := h.c.Jobs(r.Context(), f)
+	if err != nil {
+		h.dbError(w, r)
+		return
+	}
+	v := jobsView{Filter: f, Page: page, Cap: h.c.opts.BulkCancelCap,
+		LiveURL: "/api/ops/jobs?" + f.Query(false).Encode(), BulkURL: "/console/bulk-cancel?" + f.Query(false).Encode(),
+		States: []string{pg.StatusPending, pg.StatusRunning, pg.StatusSucceeded, pg.StatusFailed, pg.StatusCancelled}}
+	if page.Next != nil {
+		nq := f.Query(false)
+		nq.Set("before", page.Next.String())
+		v.NextURL = "/console/jobs?" + nq.Encode()
+	}
+	if f.Before != nil {
+		v.FirstURL = "/console/jobs?" + f.Query(false).Encode()
+	}
+	h.render(w, r, http.StatusOK, "jobs", "Jobs", v)
+}
+
+func (h *pageHandler) job(w http.ResponseWriter, r *http.Request) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		h.error(w, r, http.StatusNotFound, "Not found", "No such job.")
+		return
+	}
+	d, err := h.c.Detail(r.Context(), id)
+	if errors.Is(err, pg.ErrNotFound) {
+		h.error(w, r, http.StatusNotFound, "Not found", "No such job.")
+		return
+	}
+	if err != nil {
+		h.dbError(w, r)
+		return
+	}
+	h.render(w, r, http.StatusOK, "job", "Job "+id.String(), d)
+}
+
+func (h *pageHandler) workers(w http.ResponseWriter, r *http.Request) {
+	f, err := h.c.Fleet(r.Context())
+	if err != nil {
+		h.dbError(w, r)
+		return
+	}
+	h.render(w, r, http.StatusOK, "workers", "Workers", f)
+}
+
+// sameOrigin is the CSRF origin check of a POST: an Origin header, when
+// sent, must name this host, and a Sec-Fetch-Site header, when sent, must
+// be same-origin. Browsers send at least one of them on every form POST.
+func sameOrigin(r *http.Request) bool {
+	if o := r.Header.Get("Origin"); o != "" {
+		u, err := url.Parse(o)
+		if err != nil || u.Host != r.Host {
+			return false
+		}
+	} else if r.Header.Get("Sec-Fetch-Site") == "" {
+		return false
+	}
+	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" {
+		return false
+	}
+	return true
+}
+
+// checkPost applies the CSRF rules: same origin and the operator's token.
+func (h *pageHandler) checkPost(w http.ResponseWriter, r *http.Request) (Operator, bool) {
+	op, _ := operatorFrom(r.Context())
+	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
+	if !sameOrigin(r) || r.ParseForm() != nil || !h.c.validToken(op, r.PostForm.Get("csrf")) {
+		h.c.opts.Logger.LogAttrs(r.Context(), slog.LevelWarn, "operator action", slog.String("action", "refused"),
+			slog.String("outcome", "csrf"))
+		h.error(w, r, http.StatusForbidden, "Forbidden", "The form was not sent from this console; reload the page and try again.")
+		return Operator{}, false
+	}
+	return op, true
+}
+
+func (h *pageHandler) cancel(w http.ResponseWriter, r *http.Request) {
+	op, ok := h.checkPost(w, r)
+	if !ok {
+		return
+	}
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		h.error(w, r, http.StatusNotFound, "Not found", "No such job.")
+		return
+	}
+	res, err := h.c.Cancel(r.Context(), op, id)
+	if errors.Is(err, pg.ErrNotFound) {
+		h.error(w, r, http.StatusNotFound, "Not found", "No such job.")
+		return
+	}
+	if err != nil {
+		h.dbError(w, r)
+		return
+	}
+	notice := "Cancelled (was " + res.PreviousStatus + ")."
+	if !res.Cancelled {
+		notice = "Not cancelled: the job is " + res.Status + "."
+	}
+	http.Redirect(w, r, "/console/jobs/"+id.String()+"?notice="+url.QueryEscape(notice), http.StatusSeeOther)
+}
+
+type confirmView struct {
+	Filter  Filter
+	Query   string
+	BackURL string
+	Count   int
+	Capped  bool
+	Cap     int
+}
+
+func (h *pageHandler) bulkConfirm(w http.ResponseWriter, r *http.Request) {
+	f, err := ParseFilter(r.URL.Query())
+	if err != nil {
+		h.error(w, r, http.StatusBadRequest, "Bad request", "The filter has an unknown state, kind, code or time.")
+		return
+	}
+	plan, err := h.c.PlanBulkCancel(r.Context(), f)
+	if errors.Is(err, errBulkNeedsActiveState) {
+		h.error(w, r, http.StatusBadRequest, "Bad request", "Bulk cancel needs the state filter PENDING or RUNNING.")
+		return
+	}
+	if err != nil {
+		h.dbError(w, r)
+		return
+	}
+	h.render(w, r, http.StatusOK, "confirm", "Confirm bulk cancel", confirmView{Filter: f, Query: f.Query(false).Encode(),
+		BackURL: "/console/jobs?" + f.Query(false).Encode(),
+		Count:   len(plan.Jobs), Capped: plan.Capped, Cap: h.c.opts.BulkCancelCap})
+}
+
+func (h *pageHandler) bulkCancel(w http.ResponseWriter, r *http.Request) {
+	op, ok := h.checkPost(w, r)
+	if !ok {
+		return
+	}
+	q, err := url.ParseQuery(r.PostForm.Get("filter"))
+	if err != nil {
+		h.error(w, r, http.StatusBadRequest, "Bad request", "The filter is malformed.")
+		return
+	}
+	f, err := ParseFilter(q)
+	confirmed, cerr := strconv.Atoi(r.PostForm.Get("count"))
+	if err != nil || cerr != nil || confirmed < 0 || confirmed > h.c.opts.BulkCancelCap {
+		h.error(w, r, http.StatusBadRequest, "Bad request", "The filter or the confirmed count is invalid.")
+		return
+	}
+	n, err := h.c.BulkCancel(r.Context(), op, f, confirmed)
+	if errors.Is(err, errBulkNeedsActiveState) {
+		h.error(w, r, http.StatusBadRequest, "Bad request", "Bulk cancel needs the state filter PENDING or RUNNING.")
+		return
+	}
+	if err != nil {
+		h.dbError(w, r)
+		return
+	}
+	http.Redirect(w, r, "/console/jobs?"+f.Query(false).Encode()+"&notice="+url.QueryEscape(fmt.Sprintf("Cancelled %d jobs.", n)), http.StatusSeeOther)
+}
+
+// rateChart draws the rates as an inline SVG (no script needed), with a
+// text summary for screen readers.
+func rateChart(points []RatePoint) template.HTML {
+	const w, hgt = 480.0, 120.0
+	if len(points) == 0 {
+		return template.HTML(`<p>No rate samples yet: the console samples the claim and finish counters every 30 seconds.</p>`)
+	}
+	peak := 1.0
+	for _, p := range points {
+		peak = max(peak, p.ClaimsPerMin, p.FinishesPerMin)
+	}
+	line := func(get func(RatePoint) float64) string {
+		var b strings.Builder
+		for i, p := range points {
+			x := w * float64(i) / float64(max(1, len(points)-1))
+			if len(points) == 1 {
+				x = w / 2
+			}
+			y := hgt - hgt*get(p)/peak
+			fmt.Fprintf(&b, "%.1f,%.1f ", x, y)
+		}
+		return b.String()
+	}
+	last := points[len(points)-1]
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %.0f %.0f" role="img" aria-labelledby="chart-title"><title id="chart-title">Claims and finishes per minute, last 15 minutes; latest %.0f claims/min, %.0f finishes/min</title>`,
+		w, hgt+2, last.ClaimsPerMin, last.FinishesPerMin)
+	fmt.Fprintf(&b, `<polyline class="claims" points="%s"/><polyline class="finishes" points="%s"/></svg>`,
+		line(func(p RatePoint) float64 { return p.ClaimsPerMin }), line(func(p RatePoint) float64 { return p.FinishesPerMin }))
+	fmt.Fprintf(&b, `<p class="legend"><span class="key claims">claims</span> %.0f/min, <span class="key finishes">finishes</span> %.0f/min (latest); peak %.0f/min over %d samples</p>`,
+		last.ClaimsPerMin, last.FinishesPerMin, peak, len(points))
+	return template.HTML(b.String())
+}
