@@ -149,6 +149,44 @@ func TestSampleServerConfigPermissions(t *testing.T) {
 		t.Fatal("intake published to a foreign inbox")
 	}
 
+	// lifecycle-reader: reads the lifecycle stream through a consumer of its
+	// own, with replies under its own inbox, and cannot listen to a
+	// producer's replies.
+	reader := connect("lifecycle-reader", "reader-pw", nats.CustomInboxPrefix("_INBOX.lifecycle-reader"))
+	rjs, err := jetstream.New(reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcons, err := rjs.CreateOrUpdateConsumer(ctx, "MIGHTYETL_LIFECYCLE", jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatalf("reader creates a lifecycle consumer: %v", err)
+	}
+	if _, err := rcons.Fetch(1, jetstream.FetchMaxWait(time.Second)); err != nil {
+		t.Fatalf("reader fetches lifecycle events: %v", err)
+	}
+	readerErrs := make(chan error, 1)
+	readerProbe := connect("lifecycle-reader", "reader-pw", nats.CustomInboxPrefix("_INBOX.lifecycle-reader"),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case readerErrs <- err:
+			default:
+			}
+		}))
+	if _, err := readerProbe.SubscribeSync("_INBOX.producer-alice.x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := readerProbe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-readerErrs:
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			t.Fatalf("reader subscribes to a producer's inbox: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lifecycle reader subscribed to a producer's inbox")
+	}
+
 	// worker: may subscribe to advisories.
 	worker := connect("worker", "worker-pw")
 	if _, err := SubscribeWakeups(worker, DefaultPrefix, nil, func() {}); err != nil {
