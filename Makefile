@@ -4,7 +4,7 @@ STATICCHECK   ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PROMTOOL      ?= promtool
 BIN           := bin
 
-.PHONY: help run test vet fmtcheck staticcheck unit rules openapi-lint build fmt soak
+.PHONY: help run test vet fmtcheck staticcheck unit rules openapi-lint build fmt soak console-screenshots
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -37,6 +37,9 @@ openapi-lint: ## lint docs/openapi.yaml with Redocly CLI's recommended rules (pi
 
 unit: ## go test -race over every package
 	$(GO) test -race -count=1 -timeout 30m ./...
+
+console-screenshots: ## refresh docs/console/*.png from the console browser test (needs chromium and PostgreSQL)
+	MIGHTYETL_CONSOLE_SCREENSHOTS=1 $(GO) test -count=1 -run TestConsoleInBrowser ./internal/console/
 
 soak: ## the fault-injection test for 30 minutes, with RSS and goroutine samples (docs/reliability.md)
 	MIGHTYETL_FAULT_DURATION=30m $(GO) test -count=1 -run TestFaultInjection -timeout 40m -v ./internal/faultinject

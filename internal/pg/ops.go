@@ -142,31 +142,11 @@ func OpsListJobs(ctx context.Context, db DBTX, p OpsListParams) (OpsPage, error)
 	if p.ScanLimit <= 0 {
 		p.ScanLimit = 5000
 	}
-	from, to := p.From, p.To
-	if from.IsZero() {
-		from = time.Unix(0, 0)
-	}
-	if to.IsZero() {
-		to = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
-	}
 	if p.Status == StatusPending || p.Status == StatusRunning {
+		from, to := timeBounds(p)
 		return opsListActive(ctx, db, p, from, to)
 	}
-	upper := maxUUID
-	if !p.To.IsZero() {
-		// Ids of jobs created before To: below the floor of To's
-		// millisecond + 1 (the created_at recheck trims the rest).
-		upper = uuidV7Floor(p.To.Add(time.Millisecond))
-	}
-	if p.Before != nil && bytesLess(*p.Before, upper) {
-		upper = *p.Before
-	}
-	lower := uuid.UUID{}
-	if !p.From.IsZero() {
-		lower = uuidV7Floor(p.From)
-	}
-	rows, err := db.Query(ctx, opsListSQL, upper, lower, p.ScanLimit, p.Limit,
-		p.Status, p.Kind, p.FailureCode, from, to)
+	rows, err := db.Query(ctx, opsListSQL, opsListArgs(p)...)
 	if err != nil {
 		return OpsPage{}, fmt.Errorf("ops list jobs: %w", err)
 	}
@@ -203,6 +183,41 @@ func OpsListJobs(ctx context.Context, db DBTX, p OpsListParams) (OpsPage, error)
 		page.Next, page.Capped = lastID, true
 	}
 	return page, nil
+}
+
+// timeBounds is p's created_at range with open ends filled in.
+func timeBounds(p OpsListParams) (time.Time, time.Time) {
+	from, to := p.From, p.To
+	if from.IsZero() {
+		from = time.Unix(0, 0)
+	}
+	if to.IsZero() {
+		to = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+	}
+	return from, to
+}
+
+// opsListArgs are opsListSQL's arguments for p: the id range from the time
+// range and the keyset position, the bounds and the filters.
+func opsListArgs(p OpsListParams) []any {
+	if p.ScanLimit <= 0 {
+		p.ScanLimit = 5000
+	}
+	from, to := timeBounds(p)
+	upper := maxUUID
+	if !p.To.IsZero() {
+		// Ids of jobs created before To: below the floor of To's
+		// millisecond + 1 (the created_at recheck trims the rest).
+		upper = uuidV7Floor(p.To.Add(time.Millisecond))
+	}
+	if p.Before != nil && bytesLess(*p.Before, upper) {
+		upper = *p.Before
+	}
+	lower := uuid.UUID{}
+	if !p.From.IsZero() {
+		lower = uuidV7Floor(p.From)
+	}
+	return []any{upper, lower, p.ScanLimit, p.Limit, p.Status, p.Kind, p.FailureCode, from, to}
 }
 
 func bytesLess(a, b uuid.UUID) bool {

@@ -1,0 +1,14 @@
+package pg
+
+// Test access to the console's statements (ops_plan_test.go).
+var (
+	OpsListSQL        = opsListSQL
+	OpsDetailSQL      = opsDetailSQL
+	OpsChildrenSQL    = opsChildrenSQL
+	RecentOutcomesSQL = recentOutcomesSQL
+	UUIDV7Floor       = uuidV7Floor
+)
+
+// OpsListArgs are the arguments OpsListJobs passes to opsListSQL for p
+// (PENDING and RUNNING filters excluded: they read the active set).
+func OpsListArgs(p OpsListParams) []any { return opsListArgs(p) }
