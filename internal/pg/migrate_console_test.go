@@ -1,0 +1,98 @@
+package pg_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/pgtest"
+)
+
+// migConsoleFunctions are the functions migration 00010 creates.
+var migConsoleFunctions = []string{
+	"etl_operator_cancel_job", "etl_ops_job_private", "etl_ops_active_jobs", "etl_ops_counters", "etl_ops_outbox_backlog",
+}
+
+// Migration 00010 (operator console) down refuses while an operator's
+// cancellation exists, leaving everything in place; once that row is gone
+// it removes its functions, the outbox actor column and the operator's
+// cancellation code (an owner's CANCELLED row does not block it), and up
+// restores them all.
+func TestMigration00010DownRefusesWithOperatorCancelledRowsAndReverts(t *testing.T) {
+	pool, _ := pgtest.NewDatabase(t, pgtest.Options{Empty: true})
+	ctx := context.Background()
+	if err := pg.MigrateTo(ctx, pool, 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, migCancelledRowSQL); err != nil {
+		t.Fatalf("insert an owner's CANCELLED row: %v", err)
+	}
+	id := submitJob(t, pool, sha("mig-10-owner"), `[{"id":"m10"}]`)
+	if out, err := pg.OperatorCancelJob(ctx, pool, pg.OperatorCancelParams{JobID: id, OperatorScopeHash: sha("mig-10-operator"),
+		CancellationKeyHash: sha("mig-10-cancel")}); err != nil || !out.Cancelled {
+		t.Fatalf("operator cancel: %+v, %v", out, err)
+	}
+
+	err := pg.MigrateTo(ctx, pool, 9)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55006" || !strings.Contains(err.Error(), "operator-cancelled jobs exist") {
+		t.Fatalf("down from 00010 with an operator's cancellation: %v, want object_in_use naming why", err)
+	}
+	if applied, _ := migVersion(t, pool); applied != 10 {
+		t.Fatalf("applied %d after a refused down, want 10", applied)
+	}
+	for _, fn := range migConsoleFunctions {
+		if !migFunctionExists(t, pool, fn) {
+			t.Errorf("function %s dropped by a refused down migration", fn)
+		}
+	}
+	if !migColumnExists(t, pool, "etl_outbox_events", "actor_principal_scope_hash") {
+		t.Error("actor_principal_scope_hash dropped by a refused down migration")
+	}
+
+	if _, err := pool.Exec(ctx, `DELETE FROM etl_job_records WHERE cancellation_code = 'etl_job_cancelled_by_operator'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.MigrateTo(ctx, pool, 9); err != nil {
+		t.Fatalf("down from 00010 without operator cancellations: %v", err)
+	}
+	if applied, _ := migVersion(t, pool); applied != 9 {
+		t.Fatalf("applied %d, want 9", applied)
+	}
+	for _, fn := range migConsoleFunctions {
+		if migFunctionExists(t, pool, fn) {
+			t.Errorf("function %s left after down from 00010", fn)
+		}
+	}
+	if migColumnExists(t, pool, "etl_outbox_events", "actor_principal_scope_hash") {
+		t.Error("actor_principal_scope_hash left after down from 00010")
+	}
+	_, err = pool.Exec(ctx, `UPDATE etl_job_records SET cancellation_code = 'etl_job_cancelled_by_operator' WHERE job_status = 'CANCELLED'`)
+	if !errors.As(err, &pgErr) || pgErr.Code != "23514" {
+		t.Fatalf("operator's code at 00009: %v, want check_violation", err)
+	}
+
+	migUp(t, pool)
+	if applied, expected := migVersion(t, pool); applied != expected {
+		t.Fatalf("applied %d after up, want %d", applied, expected)
+	}
+	for _, fn := range migConsoleFunctions {
+		if !migFunctionExists(t, pool, fn) {
+			t.Errorf("function %s missing after up", fn)
+		}
+	}
+	id = submitJob(t, pool, sha("mig-10-owner"), `[{"id":"m10b"}]`)
+	if out, err := pg.OperatorCancelJob(ctx, pool, pg.OperatorCancelParams{JobID: id, OperatorScopeHash: sha("mig-10-operator"),
+		CancellationKeyHash: sha("mig-10-cancel-2")}); err != nil || !out.Cancelled {
+		t.Fatalf("operator cancel after up: %+v, %v", out, err)
+	}
+	var actor string
+	if err := pool.QueryRow(ctx, `SELECT actor_principal_scope_hash FROM etl_outbox_events
+		WHERE event_kind = 'job_lifecycle' AND actor_principal_scope_hash IS NOT NULL`).Scan(&actor); err != nil || actor != sha("mig-10-operator") {
+		t.Fatalf("operator's hash on the outbox after up: %q, %v", actor, err)
+	}
+}
