@@ -54,6 +54,10 @@ type stack struct {
 	base   string
 	pass   map[string]string
 	worker *worker.Process
+	// client is the test's own HTTP client; its idle keep-alive
+	// connections are closed at cleanup, so goleak sees no transport
+	// goroutines left.
+	client *http.Client
 }
 
 func startStack(t *testing.T) *stack {
@@ -129,7 +133,9 @@ func startStack(t *testing.T) *stack {
 		defer cancel()
 		_ = wp.Stop(c)
 	})
-	return &stack{t: t, base: "http://" + srv.Addr(), pass: pass, worker: wp}
+	transport := &http.Transport{}
+	t.Cleanup(transport.CloseIdleConnections)
+	return &stack{t: t, base: "http://" + srv.Addr(), pass: pass, worker: wp, client: &http.Client{Transport: transport}}
 }
 
 func (s *stack) basic(principal string) string {
@@ -152,7 +158,7 @@ func (s *stack) do(method, path, principal, key, body string) (int, http.Header,
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	res, err := http.DefaultClient.Do(req)
+	res, err := s.client.Do(req)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -352,6 +358,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	step("filter", chromedp.SetValue(chromedp.CSS("select[name=state]"), "FAILED"),
 		chromedp.Click(chromedp.CSS("#job-filter button[type=submit]")),
+		// The filtered page, not the one the click left: the failed row is
+		// visible on both, but only the server marks FAILED as selected.
+		chromedp.WaitReady(chromedp.CSS(`select[name=state] option[selected]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#jobs-body .status-failed`)))
 	text = get("filtered rows", chromedp.Text(chromedp.ID("jobs-body")))
 	if n := count("#jobs-body tr"); n != 1 || !strings.Contains(text, failed) {
@@ -419,8 +428,10 @@ func TestConsoleInBrowser(t *testing.T) {
 	req.Header.Set("Authorization", s.basic("operator"))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Origin", "http://evil.example")
-	if res, err := http.DefaultClient.Do(req); err != nil || res.StatusCode != http.StatusForbidden {
+	if res, err := s.client.Do(req); err != nil || res.StatusCode != http.StatusForbidden {
 		t.Fatalf("cross-origin cancel: %v %v", res, err)
+	} else {
+		res.Body.Close()
 	}
 
 	// Nothing outside the console's origin was requested.
