@@ -83,12 +83,20 @@ func TestBasicMode(t *testing.T) {
 	}
 }
 
-func TestJWTMode(t *testing.T) {
+// jwtFixture is an EdDSA JWKS of one key (kid k1) in a temporary file and
+// the authenticator opts configure over it (issuer https://issuer.test,
+// audience mightyetl), with a signer for any claims.
+type jwtFixture struct {
+	authn *auth.JWT
+	priv  ed25519.PrivateKey
+}
+
+func newJWTFixture(t *testing.T, opts auth.JWTOptions) jwtFixture {
+	t.Helper()
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, otherPriv, _ := ed25519.GenerateKey(rand.Reader)
 	jwks, _ := json.Marshal(map[string]any{"keys": []any{map[string]any{
 		"kty": "OKP", "crv": "Ed25519", "kid": "k1", "alg": "EdDSA", "use": "sig",
 		"x": base64.RawURLEncoding.EncodeToString(pub),
@@ -97,22 +105,42 @@ func TestJWTMode(t *testing.T) {
 	if err := os.WriteFile(path, jwks, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	j, err := auth.NewJWT(auth.JWTOptions{Issuer: "https://issuer.test", Audience: "mightyetl", JWKSFile: path, Leeway: time.Second})
+	opts.Issuer, opts.Audience, opts.JWKSFile = "https://issuer.test", "mightyetl", path
+	j, err := auth.NewJWT(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, withAuth(j))
-	token := func(key ed25519.PrivateKey, sub string, exp time.Time) string {
-		tok := jwt.NewWithClaims(jwt.SigningMethodEdDSA, jwt.MapClaims{
-			"iss": "https://issuer.test", "aud": "mightyetl", "sub": sub, "exp": exp.Unix(),
-		})
-		tok.Header["kid"] = "k1"
-		s, err := tok.SignedString(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
+	return jwtFixture{authn: j, priv: priv}
+}
+
+// sign signs claims (plus iss, aud and an exp an hour ahead unless given)
+// with key, or with the fixture's key when key is nil.
+func (f jwtFixture) sign(t *testing.T, key ed25519.PrivateKey, claims jwt.MapClaims) string {
+	t.Helper()
+	all := jwt.MapClaims{"iss": "https://issuer.test", "aud": "mightyetl", "exp": time.Now().Add(time.Hour).Unix()}
+	for k, v := range claims {
+		all[k] = v
 	}
+	tok := jwt.NewWithClaims(jwt.SigningMethodEdDSA, all)
+	tok.Header["kid"] = "k1"
+	if key == nil {
+		key = f.priv
+	}
+	s, err := tok.SignedString(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestJWTMode(t *testing.T) {
+	f := newJWTFixture(t, auth.JWTOptions{Leeway: time.Second})
+	_, otherPriv, _ := ed25519.GenerateKey(rand.Reader)
+	e := newEnv(t, withAuth(f.authn))
+	token := func(key ed25519.PrivateKey, sub string, exp time.Time) string {
+		return f.sign(t, key, jwt.MapClaims{"sub": sub, "exp": exp.Unix()})
+	}
+	priv := f.priv
 	bearer := func(s string) map[string]string { return map[string]string{"Authorization": "Bearer " + s} }
 	good := e.do(req{Method: "POST", Path: "/api/etl/jobs", Key: "key-jwt-000000000001", Body: sampleBody,
 		Header: bearer(token(priv, "alice", time.Now().Add(time.Hour)))})
@@ -139,4 +167,44 @@ func TestJWTMode(t *testing.T) {
 	// A valid token whose subject is unusable.
 	r := req{Method: "GET", Path: "/api/etl/jobs", Header: bearer(token(priv, "   ", time.Now().Add(time.Hour)))}
 	checkProblem(t, e.do(r), r.Path, 401, "etl_idempotency_principal_required")
+}
+
+// TestJWTOperatorClaim: with MIGHTYETL_JWT_OPERATOR_CLAIM=roles and
+// MIGHTYETL_JWT_OPERATOR_VALUE=mightyetl-operator, a token whose roles
+// claim holds the value (a string, or an array of strings containing it)
+// opens the operator API and the console; a valid token without it gets
+// 403 etl_operator_required (the console's 403 page), and no token 401.
+// A principal named in the operator list needs no claim.
+func TestJWTOperatorClaim(t *testing.T) {
+	f := newJWTFixture(t, auth.JWTOptions{OperatorClaim: "roles", OperatorValue: "mightyetl-operator"})
+	e := newEnv(t, withAuth(f.authn))
+	bearer := func(claims jwt.MapClaims) map[string]string {
+		return map[string]string{"Authorization": "Bearer " + f.sign(t, nil, claims)}
+	}
+	for _, tc := range []struct {
+		name   string
+		header map[string]string
+		status int
+	}{
+		{"claim as a string", bearer(jwt.MapClaims{"sub": "alice", "roles": "mightyetl-operator"}), http.StatusOK},
+		{"claim as an array", bearer(jwt.MapClaims{"sub": "alice", "roles": []string{"viewer", "mightyetl-operator"}}), http.StatusOK},
+		{"named operator without the claim", bearer(jwt.MapClaims{"sub": "operator"}), http.StatusOK},
+		{"no claim", bearer(jwt.MapClaims{"sub": "alice"}), http.StatusForbidden},
+		{"other value", bearer(jwt.MapClaims{"sub": "alice", "roles": []string{"viewer"}}), http.StatusForbidden},
+		{"value under another claim", bearer(jwt.MapClaims{"sub": "alice", "groups": "mightyetl-operator"}), http.StatusForbidden},
+		{"no credentials", nil, http.StatusUnauthorized},
+	} {
+		res := e.do(req{Method: "GET", Path: "/api/ops/jobs", Header: tc.header})
+		switch {
+		case res.Status != tc.status:
+			t.Errorf("%s: /api/ops/jobs %d, want %d (%s)", tc.name, res.Status, tc.status, res.Body)
+		case tc.status == http.StatusForbidden:
+			checkProblem(t, res, "/api/ops/jobs", http.StatusForbidden, "etl_operator_required")
+		case tc.status == http.StatusUnauthorized:
+			checkProblem(t, res, "/api/ops/jobs", http.StatusUnauthorized, "etl_authentication_required")
+		}
+		if page := e.do(req{Method: "GET", Path: "/console/", Header: tc.header}); page.Status != tc.status {
+			t.Errorf("%s: /console/ %d, want %d", tc.name, page.Status, tc.status)
+		}
+	}
 }
