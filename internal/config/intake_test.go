@@ -5,6 +5,18 @@ import (
 	"testing"
 )
 
+// withEnv is a copy of m with the key-value pairs kv set.
+func withEnv(m map[string]string, kv ...string) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		out[k] = v
+	}
+	for i := 0; i < len(kv); i += 2 {
+		out[kv[i]] = kv[i+1]
+	}
+	return out
+}
+
 // TestIntakeKeyAndDenyRules pins the intake's cross-setting rules: deny
 // mode takes no jobs on any path (the NATS request consumer is refused
 // with it), and every open intake path needs a principal hash key of at
@@ -12,16 +24,6 @@ import (
 func TestIntakeKeyAndDenyRules(t *testing.T) {
 	const key = "0123456789abcdef0123456789abcdef"
 	nats := map[string]string{"NATS_URL": "nats://127.0.0.1:4222", "MIGHTYETL_NATS_REQUESTS_ENABLED": "true"}
-	with := func(m map[string]string, kv ...string) map[string]string {
-		out := map[string]string{}
-		for k, v := range m {
-			out[k] = v
-		}
-		for i := 0; i < len(kv); i += 2 {
-			out[kv[i]] = kv[i+1]
-		}
-		return out
-	}
 	cases := []struct {
 		name    string
 		env     map[string]string
@@ -30,10 +32,10 @@ func TestIntakeKeyAndDenyRules(t *testing.T) {
 		{"deny alone", map[string]string{}, ""},
 		{"deny with NATS relay only", map[string]string{"NATS_URL": "nats://127.0.0.1:4222"}, ""},
 		{"deny with NATS requests", nats, "MIGHTYETL_NATS_REQUESTS_ENABLED"},
-		{"deny with NATS requests and a key", with(nats, "MIGHTYETL_PRINCIPAL_HASH_KEY", key), "MIGHTYETL_NATS_REQUESTS_ENABLED"},
+		{"deny with NATS requests and a key", withEnv(nats, "MIGHTYETL_PRINCIPAL_HASH_KEY", key), "MIGHTYETL_NATS_REQUESTS_ENABLED"},
 		{"basic without key", map[string]string{"MIGHTYETL_AUTH_MODE": "basic", "MIGHTYETL_BASIC_CREDENTIALS_FILE": "c"}, "MIGHTYETL_PRINCIPAL_HASH_KEY"},
-		{"basic with NATS requests without key", with(nats, "MIGHTYETL_AUTH_MODE", "basic", "MIGHTYETL_BASIC_CREDENTIALS_FILE", "c"), "MIGHTYETL_PRINCIPAL_HASH_KEY"},
-		{"basic with NATS requests and a key", with(nats, "MIGHTYETL_AUTH_MODE", "basic", "MIGHTYETL_BASIC_CREDENTIALS_FILE", "c", "MIGHTYETL_PRINCIPAL_HASH_KEY", key), ""},
+		{"basic with NATS requests without key", withEnv(nats, "MIGHTYETL_AUTH_MODE", "basic", "MIGHTYETL_BASIC_CREDENTIALS_FILE", "c"), "MIGHTYETL_PRINCIPAL_HASH_KEY"},
+		{"basic with NATS requests and a key", withEnv(nats, "MIGHTYETL_AUTH_MODE", "basic", "MIGHTYETL_BASIC_CREDENTIALS_FILE", "c", "MIGHTYETL_PRINCIPAL_HASH_KEY", key), ""},
 		{"basic with a short key", map[string]string{"MIGHTYETL_AUTH_MODE": "basic", "MIGHTYETL_BASIC_CREDENTIALS_FILE": "c", "MIGHTYETL_PRINCIPAL_HASH_KEY": "short"}, "MIGHTYETL_PRINCIPAL_HASH_KEY"},
 	}
 	for _, c := range cases {
@@ -60,16 +62,6 @@ func TestIntakeConsoleAndOperatorSettings(t *testing.T) {
 	basic := map[string]string{"MIGHTYETL_AUTH_MODE": "basic", "MIGHTYETL_BASIC_CREDENTIALS_FILE": "c", "MIGHTYETL_PRINCIPAL_HASH_KEY": key}
 	jwtMode := map[string]string{"MIGHTYETL_AUTH_MODE": "jwt", "MIGHTYETL_JWT_ISSUER": "https://issuer.test",
 		"MIGHTYETL_JWT_AUDIENCE": "mightyetl", "MIGHTYETL_JWT_JWKS_FILE": "jwks.json", "MIGHTYETL_PRINCIPAL_HASH_KEY": key}
-	with := func(m map[string]string, kv ...string) map[string]string {
-		out := map[string]string{}
-		for k, v := range m {
-			out[k] = v
-		}
-		for i := 0; i < len(kv); i += 2 {
-			out[kv[i]] = kv[i+1]
-		}
-		return out
-	}
 
 	t.Run("defaults", func(t *testing.T) {
 		cfg, _, err := LoadIntake(nil, env(basic))
@@ -90,18 +82,18 @@ func TestIntakeConsoleAndOperatorSettings(t *testing.T) {
 			args []string
 			want func(Intake) bool
 		}{
-			{"console off", with(basic, "MIGHTYETL_CONSOLE_ENABLED", "false"), nil, func(c Intake) bool { return !c.ConsoleEnabled }},
+			{"console off", withEnv(basic, "MIGHTYETL_CONSOLE_ENABLED", "false"), nil, func(c Intake) bool { return !c.ConsoleEnabled }},
 			{"console off by flag", basic, []string{"-console=false"}, func(c Intake) bool { return !c.ConsoleEnabled }},
-			{"bulk cap 1", with(basic, "MIGHTYETL_CONSOLE_BULK_CANCEL_CAP", "1"), nil, func(c Intake) bool { return c.ConsoleBulkCancelCap == 1 }},
-			{"bulk cap 1000", with(basic, "MIGHTYETL_CONSOLE_BULK_CANCEL_CAP", "1000"), nil, func(c Intake) bool { return c.ConsoleBulkCancelCap == 1000 }},
-			{"one operator", with(basic, "MIGHTYETL_OPERATOR_PRINCIPALS", "ops"), nil, func(c Intake) bool {
+			{"bulk cap 1", withEnv(basic, "MIGHTYETL_CONSOLE_BULK_CANCEL_CAP", "1"), nil, func(c Intake) bool { return c.ConsoleBulkCancelCap == 1 }},
+			{"bulk cap 1000", withEnv(basic, "MIGHTYETL_CONSOLE_BULK_CANCEL_CAP", "1000"), nil, func(c Intake) bool { return c.ConsoleBulkCancelCap == 1000 }},
+			{"one operator", withEnv(basic, "MIGHTYETL_OPERATOR_PRINCIPALS", "ops"), nil, func(c Intake) bool {
 				return len(c.OperatorPrincipals) == 1 && c.OperatorPrincipals[0] == "ops"
 			}},
-			{"operators trimmed, blanks dropped", with(basic, "MIGHTYETL_OPERATOR_PRINCIPALS", " ops-1 ,, ops two ,"), nil, func(c Intake) bool {
+			{"operators trimmed, blanks dropped", withEnv(basic, "MIGHTYETL_OPERATOR_PRINCIPALS", " ops-1 ,, ops two ,"), nil, func(c Intake) bool {
 				return len(c.OperatorPrincipals) == 2 && c.OperatorPrincipals[0] == "ops-1" && c.OperatorPrincipals[1] == "ops two"
 			}},
-			{"only commas", with(basic, "MIGHTYETL_OPERATOR_PRINCIPALS", " , ,"), nil, func(c Intake) bool { return len(c.OperatorPrincipals) == 0 }},
-			{"jwt claim and value", with(jwtMode, "MIGHTYETL_JWT_OPERATOR_CLAIM", "roles", "MIGHTYETL_JWT_OPERATOR_VALUE", "mightyetl-operator"), nil,
+			{"only commas", withEnv(basic, "MIGHTYETL_OPERATOR_PRINCIPALS", " , ,"), nil, func(c Intake) bool { return len(c.OperatorPrincipals) == 0 }},
+			{"jwt claim and value", withEnv(jwtMode, "MIGHTYETL_JWT_OPERATOR_CLAIM", "roles", "MIGHTYETL_JWT_OPERATOR_VALUE", "mightyetl-operator"), nil,
 				func(c Intake) bool {
 					return c.JWTOperatorClaim == "roles" && c.JWTOperatorValue == "mightyetl-operator"
 				}},
@@ -119,12 +111,12 @@ func TestIntakeConsoleAndOperatorSettings(t *testing.T) {
 			env     map[string]string
 			refused string
 		}{
-			{"console not a bool", with(basic, "MIGHTYETL_CONSOLE_ENABLED", "maybe"), "MIGHTYETL_CONSOLE_ENABLED"},
-			{"bulk cap 0", with(basic, "MIGHTYETL_CONSOLE_BULK_CANCEL_CAP", "0"), "MIGHTYETL_CONSOLE_BULK_CANCEL_CAP"},
-			{"bulk cap 1001", with(basic, "MIGHTYETL_CONSOLE_BULK_CANCEL_CAP", "1001"), "MIGHTYETL_CONSOLE_BULK_CANCEL_CAP"},
-			{"claim without value", with(jwtMode, "MIGHTYETL_JWT_OPERATOR_CLAIM", "roles"), "MIGHTYETL_JWT_OPERATOR_CLAIM"},
-			{"value without claim", with(jwtMode, "MIGHTYETL_JWT_OPERATOR_VALUE", "mightyetl-operator"), "MIGHTYETL_JWT_OPERATOR_CLAIM"},
-			{"claim in basic mode", with(basic, "MIGHTYETL_JWT_OPERATOR_CLAIM", "roles", "MIGHTYETL_JWT_OPERATOR_VALUE", "x"), "MIGHTYETL_JWT_OPERATOR_CLAIM"},
+			{"console not a bool", withEnv(basic, "MIGHTYETL_CONSOLE_ENABLED", "maybe"), "MIGHTYETL_CONSOLE_ENABLED"},
+			{"bulk cap 0", withEnv(basic, "MIGHTYETL_CONSOLE_BULK_CANCEL_CAP", "0"), "MIGHTYETL_CONSOLE_BULK_CANCEL_CAP"},
+			{"bulk cap 1001", withEnv(basic, "MIGHTYETL_CONSOLE_BULK_CANCEL_CAP", "1001"), "MIGHTYETL_CONSOLE_BULK_CANCEL_CAP"},
+			{"claim without value", withEnv(jwtMode, "MIGHTYETL_JWT_OPERATOR_CLAIM", "roles"), "MIGHTYETL_JWT_OPERATOR_CLAIM"},
+			{"value without claim", withEnv(jwtMode, "MIGHTYETL_JWT_OPERATOR_VALUE", "mightyetl-operator"), "MIGHTYETL_JWT_OPERATOR_CLAIM"},
+			{"claim in basic mode", withEnv(basic, "MIGHTYETL_JWT_OPERATOR_CLAIM", "roles", "MIGHTYETL_JWT_OPERATOR_VALUE", "x"), "MIGHTYETL_JWT_OPERATOR_CLAIM"},
 			{"claim in deny mode", map[string]string{"MIGHTYETL_JWT_OPERATOR_CLAIM": "roles", "MIGHTYETL_JWT_OPERATOR_VALUE": "x"}, "MIGHTYETL_JWT_OPERATOR_CLAIM"},
 		} {
 			_, _, err := LoadIntake(nil, env(c.env))
@@ -144,7 +136,7 @@ func TestIntakeConsoleAndOperatorSettings(t *testing.T) {
 			want string
 		}{
 			{basic, "(unset)"},
-			{with(basic, "MIGHTYETL_OPERATOR_PRINCIPALS", names), "(set)"},
+			{withEnv(basic, "MIGHTYETL_OPERATOR_PRINCIPALS", names), "(set)"},
 		} {
 			_, l, err := LoadIntake(nil, env(c.env))
 			if err != nil {
