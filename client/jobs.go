@@ -1,0 +1,374 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"iter"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Status is a job's state.
+type Status string
+
+// The five job states. PENDING and RUNNING are active; the others are
+// terminal and never change again.
+const (
+	StatusPending   Status = "PENDING"
+	StatusRunning   Status = "RUNNING"
+	StatusSucceeded Status = "SUCCEEDED"
+	StatusFailed    Status = "FAILED"
+	StatusCancelled Status = "CANCELLED"
+)
+
+// Terminal reports whether s is SUCCEEDED, FAILED or CANCELLED.
+func (s Status) Terminal() bool {
+	return s == StatusSucceeded || s == StatusFailed || s == StatusCancelled
+}
+
+// Job is a job's status object (GET /api/etl/jobs/{id}).
+type Job struct {
+	// ID is the job's jobRecordId (a UUID).
+	ID     string `json:"jobRecordId"`
+	Status Status `json:"jobStatus"`
+	// AttemptCount is the number of runs started so far.
+	AttemptCount int `json:"attemptCount"`
+	// FailureCode is set on a FAILED job only.
+	FailureCode string    `json:"failureCode,omitempty"`
+	CreatedAt   time.Time `json:"createdAt"`
+	UpdatedAt   time.Time `json:"updatedAt"`
+	// ReplaySourceID, ReplayRootID and ReplayGeneration are set on a job
+	// created by Replay only: the job it replays, the first job of the
+	// chain, and its generation (1..100).
+	ReplaySourceID   string `json:"replaySourceJobRecordId,omitempty"`
+	ReplayRootID     string `json:"replayRootJobRecordId,omitempty"`
+	ReplayGeneration int    `json:"replayGenerationCount,omitempty"`
+	// ETag is the representation's entity tag ("" in list pages); Get and
+	// Wait use it for conditional requests.
+	ETag string `json:"-"`
+	// RetryAfter is the service's polling hint while the job is active,
+	// zero otherwise and in list pages.
+	RetryAfter time.Duration `json:"-"`
+}
+
+// Submission is the answer to Submit, SubmitDiagnostic and Replay (and to a
+// NATS request): the job created for the request, or, Replayed, the job an
+// earlier request with the same key and body created.
+type Submission struct {
+	JobID string `json:"jobRecordId"`
+	// Status is the job's status when the answer was made.
+	Status Status `json:"jobStatus"`
+	// StatusURL is the job's path, "/api/etl/jobs/<id>".
+	StatusURL string `json:"statusUrl"`
+	// Key is the idempotency key the request was sent with: the caller's,
+	// or the one generated for it. Repeat the request with it.
+	Key string `json:"idempotencyKey"`
+	// Replayed is true when the job already existed for this key and body.
+	Replayed bool `json:"idempotencyReplayed"`
+}
+
+// Cancellation is the answer to Cancel: the job, now CANCELLED.
+type Cancellation struct {
+	Job Job `json:"job"`
+	// Key is the cancellation's idempotency key (the caller's or a
+	// generated one).
+	Key string `json:"idempotencyKey"`
+	// Replayed is true when an earlier cancellation with this key had
+	// already cancelled the job.
+	Replayed bool `json:"idempotencyReplayed"`
+}
+
+// ProcessResult is the answer to Process.
+type ProcessResult struct {
+	// Processed holds the record ids in input order (one "Processed: <id>"
+	// line each).
+	Processed []string `json:"processed"`
+	// Key is the request's idempotency key (the caller's or a generated one).
+	Key string `json:"idempotencyKey"`
+	// Replayed is true when the answer came from the response ledger of an
+	// earlier request with this key and body (nothing was loaded again).
+	Replayed bool `json:"idempotencyReplayed"`
+}
+
+// DiagnosticRequest is the body of SubmitDiagnostic. The zero value is a
+// diagnostic job that succeeds at once.
+type DiagnosticRequest struct {
+	// DurationMillis is how long the job runs, 0..86,400,000.
+	DurationMillis int64 `json:"durationMillis,omitempty"`
+	// Records, when set, is a JSON array of records loaded like an ETL job's.
+	Records json.RawMessage `json:"records,omitempty"`
+	// FailWith is "", "transient" or "permanent".
+	FailWith string `json:"failWith,omitempty"`
+}
+
+// ListOptions select a page of List or the pages of All.
+type ListOptions struct {
+	// Status filters by state; empty lists every state.
+	Status Status
+	// Limit is the page size, 1..100; zero means the service default (50).
+	Limit int
+	// Cursor is the NextCursor of the previous page; empty starts at the
+	// newest job. All ignores it.
+	Cursor string
+}
+
+// Page is one page of the caller's jobs, newest first.
+type Page struct {
+	Jobs []Job `json:"jobs"`
+	// NextCursor continues the listing; empty on the last page.
+	NextCursor string `json:"nextCursor,omitempty"`
+}
+
+const jobsPath = "/api/etl/jobs"
+
+// Submit submits records, a JSON array of flat records each with a textual
+// "id", as a durable ETL job (POST /api/etl/jobs). records is sent byte for
+// byte; keep it to Replay the job later. An empty key sends a generated one
+// (Submission.Key). Submitting the same bytes with the same key again
+// answers the same job with Replayed true; other bytes with the same key
+// are CodeSubmissionKeyReused.
+func (c *Client) Submit(ctx context.Context, records []byte, key string) (*Submission, error) {
+	return c.submit(ctx, jobsPath, records, key)
+}
+
+// SubmitDiagnostic submits a diagnostic job (POST /api/etl/diagnostic-jobs,
+// served only when the service sets MIGHTYETL_DIAGNOSTIC_JOBS_ENABLED=true;
+// otherwise CodeRouteNotFound). Key as for Submit.
+func (c *Client) SubmitDiagnostic(ctx context.Context, req DiagnosticRequest, key string) (*Submission, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("mightyetl: encode diagnostic request: %w", err)
+	}
+	return c.submit(ctx, "/api/etl/diagnostic-jobs", body, key)
+}
+
+// Replay creates a new PENDING job from the caller's FAILED or CANCELLED
+// job id (POST /api/etl/jobs/{id}/replays). records must be the source's
+// original payload, byte for byte (CodeReplayPayloadMismatch otherwise).
+// Key as for Submit: the same key, source and body answer the same new job.
+func (c *Client) Replay(ctx context.Context, id string, records []byte, key string) (*Submission, error) {
+	return c.submit(ctx, jobPath(id)+"/replays", records, key)
+}
+
+func (c *Client) submit(ctx context.Context, path string, body []byte, key string) (*Submission, error) {
+	if body == nil {
+		body = []byte{}
+	}
+	if key == "" {
+		key = NewKey()
+	}
+	res, err := c.do(ctx, call{method: http.MethodPost, path: path, key: key, body: body})
+	if err != nil {
+		return nil, err
+	}
+	var s Submission
+	if err := decode(res, http.StatusAccepted, &s); err != nil {
+		return nil, err
+	}
+	s.Key, s.Replayed = key, res.header.Get("Idempotency-Replayed") == "true"
+	return &s, nil
+}
+
+// Get returns the caller's job id (GET /api/etl/jobs/{id}). A malformed,
+// absent or foreign id is CodeJobNotFound.
+func (c *Client) Get(ctx context.Context, id string) (*Job, error) {
+	j, _, err := c.GetIfChanged(ctx, id, "")
+	return j, err
+}
+
+// GetIfChanged is a conditional Get: with etag (a Job.ETag) it sends
+// If-None-Match, and when the job still has that tag it returns (nil, false,
+// nil) after the service's 304 and no body. Otherwise it returns the job and
+// true. Use Wait to poll until a job ends.
+func (c *Client) GetIfChanged(ctx context.Context, id, etag string) (*Job, bool, error) {
+	j, notModified, _, err := c.getConditional(ctx, id, etag)
+	if err != nil || notModified {
+		return nil, false, err
+	}
+	return j, true, nil
+}
+
+func (c *Client) getConditional(ctx context.Context, id, etag string) (job *Job, notModified bool, hint time.Duration, err error) {
+	cl := call{method: http.MethodGet, path: jobPath(id)}
+	if etag != "" {
+		cl.header = http.Header{"If-None-Match": {etag}}
+	}
+	res, err := c.do(ctx, cl)
+	if err != nil {
+		return nil, false, 0, err
+	}
+	if res.status == http.StatusNotModified {
+		return nil, true, retryAfter(res.header), nil
+	}
+	var j Job
+	if err := decode(res, http.StatusOK, &j); err != nil {
+		return nil, false, 0, err
+	}
+	j.ETag, j.RetryAfter = res.header.Get("ETag"), retryAfter(res.header)
+	return &j, false, j.RetryAfter, nil
+}
+
+// DefaultPollInterval is Wait's pause when the service gives no Retry-After.
+const DefaultPollInterval = time.Second
+
+// Wait polls the job id until it is terminal and returns it. It polls
+// conditionally (If-None-Match; an unchanged job is a 304 without a body),
+// pausing as long as the service's Retry-After says (DefaultPollInterval
+// without one). When ctx ends first it returns the last state it saw (nil
+// if none) and an error wrapping ctx.Err(). Problems (CodeJobNotFound, say)
+// end it at once.
+func (c *Client) Wait(ctx context.Context, id string) (*Job, error) {
+	var last *Job
+	for {
+		var etag string
+		if last != nil {
+			etag = last.ETag
+		}
+		j, notModified, hint, err := c.getConditional(ctx, id, etag)
+		if err != nil {
+			if ctx.Err() != nil {
+				return last, fmt.Errorf("mightyetl: wait for job: %w", ctx.Err())
+			}
+			return last, err
+		}
+		if !notModified {
+			last = j
+		} else {
+			last.RetryAfter = hint
+		}
+		if last.Status.Terminal() {
+			return last, nil
+		}
+		if hint <= 0 {
+			hint = DefaultPollInterval
+		}
+		t := time.NewTimer(hint)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return last, fmt.Errorf("mightyetl: wait for job: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// List returns one page of the caller's jobs, newest first (GET
+// /api/etl/jobs). Bad options are answered CodeInvalidPageLimit,
+// CodeInvalidPageCursor or CodeInvalidStatusFilter.
+func (c *Client) List(ctx context.Context, o ListOptions) (*Page, error) {
+	q := url.Values{}
+	if o.Limit != 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	if o.Cursor != "" {
+		q.Set("cursor", o.Cursor)
+	}
+	if o.Status != "" {
+		q.Set("status", string(o.Status))
+	}
+	path := jobsPath
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	res, err := c.do(ctx, call{method: http.MethodGet, path: path})
+	if err != nil {
+		return nil, err
+	}
+	var p Page
+	if err := decode(res, http.StatusOK, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// All iterates over every job of the caller, newest first, fetching page
+// after page (o.Limit jobs each) and following the cursors; o.Cursor is
+// ignored. It yields (job, nil) for each job, or a final (zero Job, err)
+// when a page cannot be read. Stopping the loop stops fetching.
+func (c *Client) All(ctx context.Context, o ListOptions) iter.Seq2[Job, error] {
+	return func(yield func(Job, error) bool) {
+		o.Cursor = ""
+		for {
+			p, err := c.List(ctx, o)
+			if err != nil {
+				yield(Job{}, err)
+				return
+			}
+			for _, j := range p.Jobs {
+				if !yield(j, nil) {
+					return
+				}
+			}
+			if p.NextCursor == "" {
+				return
+			}
+			o.Cursor = p.NextCursor
+		}
+	}
+}
+
+// Cancel cancels the caller's PENDING or RUNNING job id (POST
+// /api/etl/jobs/{id}/cancellation). An empty key sends a generated one.
+// Cancelling again with the same key answers the same cancellation
+// (Replayed); a terminal job is CodeAlreadySucceeded, CodeAlreadyFailed or,
+// cancelled with another key, CodeCancellationKeyReused.
+func (c *Client) Cancel(ctx context.Context, id, key string) (*Cancellation, error) {
+	if key == "" {
+		key = NewKey()
+	}
+	res, err := c.do(ctx, call{method: http.MethodPost, path: jobPath(id) + "/cancellation", key: key})
+	if err != nil {
+		return nil, err
+	}
+	out := &Cancellation{Key: key, Replayed: res.header.Get("Idempotency-Replayed") == "true"}
+	if err := decode(res, http.StatusOK, &out.Job); err != nil {
+		return nil, err
+	}
+	out.Job.ETag = res.header.Get("ETag")
+	return out, nil
+}
+
+// Process validates, transforms and loads records synchronously in one
+// transaction (POST /api/etl/process). An empty key sends a generated one,
+// which enables the service's response ledger and makes retries safe: the
+// same key and body answer the ledger's copy (Replayed) and load nothing
+// again; other bytes with the same key are CodeIdempotencyKeyReused.
+func (c *Client) Process(ctx context.Context, records []byte, key string) (*ProcessResult, error) {
+	if records == nil {
+		records = []byte{}
+	}
+	if key == "" {
+		key = NewKey()
+	}
+	res, err := c.do(ctx, call{method: http.MethodPost, path: "/api/etl/process", key: key, body: records})
+	if err != nil {
+		return nil, err
+	}
+	if res.status != http.StatusOK {
+		return nil, &Error{Code: codeUnexpectedResponse, Status: res.status, Detail: http.StatusText(res.status)}
+	}
+	out := &ProcessResult{Key: key, Replayed: res.header.Get("Idempotency-Replayed") == "true", Processed: []string{}}
+	for line := range strings.Lines(string(res.body)) {
+		if id, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), "Processed: "); ok {
+			out.Processed = append(out.Processed, id)
+		}
+	}
+	return out, nil
+}
+
+func jobPath(id string) string { return jobsPath + "/" + url.PathEscape(id) }
+
+// decode checks the status and decodes a JSON body into v.
+func decode(res *response, want int, v any) error {
+	if res.status != want {
+		return &Error{Code: codeUnexpectedResponse, Status: res.status, Detail: "unexpected status " + strconv.Itoa(res.status)}
+	}
+	if err := json.Unmarshal(res.body, v); err != nil {
+		return &Error{Code: codeUnexpectedResponse, Status: res.status, Detail: "undecodable body: " + err.Error()}
+	}
+	return nil
+}
