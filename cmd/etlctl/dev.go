@@ -184,6 +184,12 @@ func runDev(args []string) int {
 		fmt.Println("submit a sample job:")
 		fmt.Printf("curl -sS -i -u %s:%s -H 'Idempotency-Key: dev-sample-%s' -H 'Content-Type: application/json' --data '[{\"id\":\"a1\",\"name\":\"jane\",\"email\":\"Jane@Example.COM\",\"amount\":\"999.9\"}]' %s/api/etl/jobs\n",
 			devPrincipal, password, randomHex(8), base)
+		// The same with the CLI (`etlctl jobs`), from the repository root
+		// in another shell; the README shows these lines.
+		fmt.Println("or with the CLI, in another shell:")
+		fmt.Printf("export MIGHTYETL_API_URL=%s MIGHTYETL_API_USER=%s MIGHTYETL_API_PASSWORD=%s\n", base, devPrincipal, password)
+		fmt.Println(`echo '[{"id":"a1","name":"jane","email":"Jane@Example.COM","amount":"999.9"}]' | go run ./cmd/etlctl jobs submit`)
+		fmt.Println("go run ./cmd/etlctl jobs wait <JOB ID printed by submit>")
 	}
 	<-ctx.Done()
 	log.Info("shutdown requested; draining")

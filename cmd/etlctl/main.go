@@ -5,6 +5,7 @@
 //	etlctl relay                    run the outbox relay alone (needs NATS_URL)
 //	etlctl prune                    delete old terminal jobs and ledger rows no replay needs
 //	etlctl dev                      run the whole system in one process (see README)
+//	etlctl jobs <command>           submit, get, list, cancel, replay, wait for and process jobs over the HTTP API
 //
 // Settings come from flags and MIGHTYETL_* / DATABASE_URL variables like the
 // other binaries. Exit status 2 means bad usage or configuration.
@@ -24,7 +25,8 @@ const usage = `usage:
   etlctl credentials hash <principal>   (password on standard input)
   etlctl relay
   etlctl prune [-terminal-jobs-older-than 720h] [-ledger-older-than 720h]
-  etlctl dev`
+  etlctl dev
+  etlctl jobs submit|get|list|cancel|replay|wait|process   (etlctl jobs --help)`
 
 func run(args []string) int {
 	if len(args) == 0 {
@@ -42,6 +44,8 @@ func run(args []string) int {
 		return runRelay(args[1:])
 	case "prune":
 		return runPrune(args[1:])
+	case "jobs":
+		return runJobs(args[1:])
 	case "-h", "--help", "help":
 		fmt.Println(usage)
 		return 0

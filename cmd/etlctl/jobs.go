@@ -1,0 +1,510 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mightyetl/mightyetl/client"
+)
+
+// Exit statuses of `etlctl jobs`. wait adds exitFailed, exitCancelled and
+// exitTimeout for the job's outcome.
+const (
+	exitOK        = 0
+	exitFailed    = 1 // wait: the job FAILED
+	exitUsage     = 2 // bad flags, arguments or connection settings
+	exitCancelled = 3 // wait: the job was CANCELLED
+	exitTimeout   = 4 // wait: --timeout passed first
+	exitAPI       = 5 // the service answered a problem, or could not be reached
+)
+
+const jobsUsage = `usage: etlctl jobs <command> [flags]
+
+Commands:
+  submit   [--file F | stdin] [--jsonl] [--key K]   submit a JSON array of records (or JSON Lines, one job per line); prints job id and key
+  get      ID                                      show a job
+  list     [--status S] [--limit N] [--cursor C] [--all]   list your jobs, newest first
+  cancel   ID [--key K]                            cancel a PENDING or RUNNING job
+  replay   ID [--file F | stdin] [--key K]         run a FAILED or CANCELLED job again (body: the original payload, byte for byte)
+  wait     ID [--timeout D]                        wait until the job ends; prints its final state
+  process  [--file F | stdin] [--key K]            validate, transform and load records synchronously
+
+Connection (flag, else environment variable):
+  --url            MIGHTYETL_API_URL        service address (default http://127.0.0.1:8080)
+  --user           MIGHTYETL_API_USER       Basic user, with the password from
+  --password-file  (file)                   a file holding the password, or
+                   MIGHTYETL_API_PASSWORD   the password itself
+  --token          MIGHTYETL_API_TOKEN      bearer token (JWT) instead of Basic credentials
+Every command takes -o table|json (default: table on a terminal, json otherwise).
+Without --key a random idempotency key is generated and printed; repeat a request with it.
+Transient failures (connection errors, 429, 503) are retried with the same key and body.
+
+Exit status: 0 done; 2 bad usage; 5 the service answered a problem (printed as
+"<errorCode> (<status>): <detail>") or could not be reached. wait: 0 SUCCEEDED,
+1 FAILED, 3 CANCELLED, 4 timeout.
+
+Examples:
+  export MIGHTYETL_API_URL=http://127.0.0.1:8080 MIGHTYETL_API_USER=dev MIGHTYETL_API_PASSWORD=...
+  echo '[{"id":"a1","name":"jane"}]' | etlctl jobs submit
+  etlctl jobs submit --file batch.json --key batch-2026-03-01-0001
+  etlctl jobs submit --jsonl --file jobs.jsonl -o json
+  etlctl jobs wait 0b9d5a7e-8c1f-4e53-9a51-2f7c6a1d3e40 --timeout 5m
+  etlctl jobs list --status FAILED --all
+  etlctl jobs cancel 0b9d5a7e-8c1f-4e53-9a51-2f7c6a1d3e40
+  etlctl jobs replay 0b9d5a7e-8c1f-4e53-9a51-2f7c6a1d3e40 --file batch.json
+  etlctl jobs process --file batch.json`
+
+// jobsCmd is one `etlctl jobs` invocation.
+type jobsCmd struct {
+	name string
+	fs   *flag.FlagSet
+	out  io.Writer
+	errw io.Writer
+	in   io.Reader
+
+	url, user, passwordFile, password, token, output string
+}
+
+func runJobs(args []string) int {
+	return runJobsIO(args, os.Stdin, os.Stdout, os.Stderr, os.Getenv)
+}
+
+func runJobsIO(args []string, in io.Reader, out, errw io.Writer, getenv func(string) string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(errw, jobsUsage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "--help", "-help", "help":
+		fmt.Fprintln(out, jobsUsage)
+		return exitOK
+	}
+	cmds := map[string]func(*jobsCmd, []string) int{
+		"submit": (*jobsCmd).submit, "get": (*jobsCmd).get, "list": (*jobsCmd).list, "cancel": (*jobsCmd).cancel,
+		"replay": (*jobsCmd).replay, "wait": (*jobsCmd).wait, "process": (*jobsCmd).process,
+	}
+	f, ok := cmds[args[0]]
+	if !ok {
+		fmt.Fprintf(errw, "etlctl jobs: unknown command %q\n%s\n", args[0], jobsUsage)
+		return exitUsage
+	}
+	c := &jobsCmd{name: args[0], out: out, errw: errw, in: in}
+	c.fs = flag.NewFlagSet("etlctl jobs "+args[0], flag.ContinueOnError)
+	c.fs.SetOutput(errw)
+	c.fs.StringVar(&c.url, "url", cmpOr(getenv("MIGHTYETL_API_URL"), client.DefaultBaseURL), "service address (MIGHTYETL_API_URL)")
+	c.fs.StringVar(&c.user, "user", getenv("MIGHTYETL_API_USER"), "Basic user (MIGHTYETL_API_USER)")
+	c.fs.StringVar(&c.passwordFile, "password-file", "", "file holding the Basic password")
+	c.password = getenv("MIGHTYETL_API_PASSWORD")
+	c.fs.Func("password", "Basic password (prefer MIGHTYETL_API_PASSWORD or --password-file: a flag shows in the process list)",
+		func(s string) error { c.password = s; return nil })
+	c.token = getenv("MIGHTYETL_API_TOKEN")
+	c.fs.Func("token", "bearer token (MIGHTYETL_API_TOKEN)", func(s string) error { c.token = s; return nil })
+	c.fs.StringVar(&c.output, "o", "", "output: table or json (default: table on a terminal, json otherwise)")
+	return f(c, args[1:])
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// parse parses flags and positionals in any order and checks the number of
+// positionals.
+func (c *jobsCmd) parse(args []string, positionals int) ([]string, bool) {
+	var pos []string
+	for {
+		if err := c.fs.Parse(args); err != nil {
+			return nil, false
+		}
+		args = c.fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+	if len(pos) != positionals {
+		if positionals == 1 {
+			fmt.Fprintf(c.errw, "etlctl jobs %s: needs one job id\n", c.name)
+		} else {
+			fmt.Fprintf(c.errw, "etlctl jobs %s: takes no arguments, got %q\n", c.name, pos)
+		}
+		return nil, false
+	}
+	switch c.output {
+	case "":
+		c.output = "json"
+		if f, ok := c.out.(*os.File); ok {
+			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+				c.output = "table"
+			}
+		}
+	case "table", "json":
+	default:
+		fmt.Fprintf(c.errw, "etlctl jobs %s: -o must be table or json\n", c.name)
+		return nil, false
+	}
+	return pos, true
+}
+
+// client builds the API client from the connection settings.
+func (c *jobsCmd) client() (*client.Client, bool) {
+	var opts []client.Option
+	switch {
+	case c.token != "" && (c.user != "" || c.passwordFile != ""):
+		fmt.Fprintf(c.errw, "etlctl jobs %s: give either a token or a user and password, not both\n", c.name)
+		return nil, false
+	case c.token != "":
+		opts = append(opts, client.WithBearerToken(client.StaticToken(c.token)))
+	case c.user != "":
+		pw := c.password
+		if c.passwordFile != "" {
+			b, err := os.ReadFile(c.passwordFile)
+			if err != nil {
+				fmt.Fprintf(c.errw, "etlctl jobs %s: --password-file: cannot read it\n", c.name)
+				return nil, false
+			}
+			pw = strings.TrimRight(string(b), "\r\n")
+		}
+		if pw == "" {
+			fmt.Fprintf(c.errw, "etlctl jobs %s: MIGHTYETL_API_USER is set but no password (MIGHTYETL_API_PASSWORD or --password-file)\n", c.name)
+			return nil, false
+		}
+		opts = append(opts, client.WithBasicAuth(c.user, pw))
+	default:
+		fmt.Fprintf(c.errw, "etlctl jobs %s: no credentials: set MIGHTYETL_API_USER and MIGHTYETL_API_PASSWORD (or --password-file), or MIGHTYETL_API_TOKEN\n", c.name)
+		return nil, false
+	}
+	opts = append(opts, client.WithUserAgent("etlctl"))
+	cl, err := client.New(c.url, opts...)
+	if err != nil {
+		fmt.Fprintf(c.errw, "etlctl jobs %s: MIGHTYETL_API_URL: %v\n", c.name, strings.TrimPrefix(err.Error(), "mightyetl: "))
+		return nil, false
+	}
+	return cl, true
+}
+
+// fail prints err on one line and returns exitAPI.
+func (c *jobsCmd) fail(err error) int {
+	var p *client.Error
+	if errors.As(err, &p) {
+		fmt.Fprintf(c.errw, "etlctl jobs %s: %s (%d): %s\n", c.name, p.Code, p.Status, p.Detail)
+	} else {
+		fmt.Fprintf(c.errw, "etlctl jobs %s: %s\n", c.name, strings.ReplaceAll(err.Error(), "\n", " "))
+	}
+	return exitAPI
+}
+
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+}
+
+// readBody reads --file or standard input, byte for byte.
+func (c *jobsCmd) readBody(file string) ([]byte, bool) {
+	var b []byte
+	var err error
+	if file == "" || file == "-" {
+		b, err = io.ReadAll(c.in)
+	} else {
+		b, err = os.ReadFile(file)
+	}
+	if err != nil {
+		fmt.Fprintf(c.errw, "etlctl jobs %s: read input: %v\n", c.name, err)
+		return nil, false
+	}
+	return b, true
+}
+
+func (c *jobsCmd) json(v any) {
+	b, _ := json.Marshal(v)
+	fmt.Fprintln(c.out, string(b))
+}
+
+func (c *jobsCmd) table(header string, rows [][]string) {
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	_ = tw.Flush()
+}
+
+func (c *jobsCmd) submit(args []string) int {
+	file := c.fs.String("file", "", "read records from this file instead of standard input")
+	jsonl := c.fs.Bool("jsonl", false, "JSON Lines: one job (a JSON array of records) per line")
+	key := c.fs.String("key", "", "idempotency key (with --jsonl, line n uses <key>-<n>); generated when empty")
+	if _, ok := c.parse(args, 0); !ok {
+		return exitUsage
+	}
+	cl, ok := c.client()
+	if !ok {
+		return exitUsage
+	}
+	body, ok := c.readBody(*file)
+	if !ok {
+		return exitUsage
+	}
+	bodies := [][]byte{body}
+	keys := []string{*key}
+	if *jsonl {
+		bodies, keys = nil, nil
+		sc := bufio.NewScanner(bytes.NewReader(body))
+		sc.Buffer(make([]byte, 64<<10), 64<<20)
+		for n := 1; sc.Scan(); n++ {
+			line := bytes.TrimSpace(sc.Bytes())
+			if len(line) == 0 {
+				continue
+			}
+			bodies = append(bodies, bytes.Clone(line))
+			k := ""
+			if *key != "" {
+				k = fmt.Sprintf("%s-%d", *key, n)
+			}
+			keys = append(keys, k)
+		}
+		if err := sc.Err(); err != nil {
+			fmt.Fprintf(c.errw, "etlctl jobs submit: read input: %v\n", err)
+			return exitUsage
+		}
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	var rows [][]string
+	status := exitOK
+	for i, b := range bodies {
+		sub, err := cl.Submit(ctx, b, keys[i])
+		if err != nil {
+			status = c.fail(err)
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		if c.output == "json" {
+			c.json(sub)
+		} else {
+			rows = append(rows, []string{sub.JobID, string(sub.Status), fmt.Sprint(sub.Replayed), sub.Key})
+		}
+	}
+	if c.output == "table" && len(rows) > 0 {
+		c.table("JOB ID\tSTATUS\tREPLAYED\tKEY", rows)
+	}
+	return status
+}
+
+func jobRow(j client.Job) []string {
+	return []string{j.ID, string(j.Status), fmt.Sprint(j.AttemptCount), cmpOr(j.FailureCode, "-"),
+		j.CreatedAt.UTC().Format(time.RFC3339), j.UpdatedAt.UTC().Format(time.RFC3339), cmpOr(j.ReplaySourceID, "-")}
+}
+
+const jobHeader = "JOB ID\tSTATUS\tATTEMPTS\tFAILURE\tCREATED\tUPDATED\tREPLAY OF"
+
+func (c *jobsCmd) printJob(j *client.Job) {
+	if c.output == "json" {
+		c.json(j)
+		return
+	}
+	c.table(jobHeader, [][]string{jobRow(*j)})
+}
+
+func (c *jobsCmd) get(args []string) int {
+	pos, ok := c.parse(args, 1)
+	if !ok {
+		return exitUsage
+	}
+	cl, ok := c.client()
+	if !ok {
+		return exitUsage
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	j, err := cl.Get(ctx, pos[0])
+	if err != nil {
+		return c.fail(err)
+	}
+	c.printJob(j)
+	return exitOK
+}
+
+func (c *jobsCmd) list(args []string) int {
+	status := c.fs.String("status", "", "only jobs in this state (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED)")
+	limit := c.fs.Int("limit", 0, "page size 1..100 (default: the service's, 50)")
+	cursor := c.fs.String("cursor", "", "continue after a page (its nextCursor)")
+	all := c.fs.Bool("all", false, "follow the cursors through every page")
+	if _, ok := c.parse(args, 0); !ok {
+		return exitUsage
+	}
+	cl, ok := c.client()
+	if !ok {
+		return exitUsage
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	o := client.ListOptions{Status: client.Status(*status), Limit: *limit, Cursor: *cursor}
+	page := &client.Page{Jobs: []client.Job{}}
+	if *all {
+		for j, err := range cl.All(ctx, o) {
+			if err != nil {
+				return c.fail(err)
+			}
+			page.Jobs = append(page.Jobs, j)
+		}
+	} else {
+		p, err := cl.List(ctx, o)
+		if err != nil {
+			return c.fail(err)
+		}
+		page = p
+	}
+	if c.output == "json" {
+		c.json(page)
+		return exitOK
+	}
+	rows := make([][]string, 0, len(page.Jobs))
+	for _, j := range page.Jobs {
+		rows = append(rows, jobRow(j))
+	}
+	c.table(jobHeader, rows)
+	if page.NextCursor != "" {
+		fmt.Fprintf(c.out, "more: etlctl jobs list --cursor %s (or --all)\n", page.NextCursor)
+	}
+	return exitOK
+}
+
+func (c *jobsCmd) cancel(args []string) int {
+	key := c.fs.String("key", "", "idempotency key; generated when empty")
+	pos, ok := c.parse(args, 1)
+	if !ok {
+		return exitUsage
+	}
+	cl, ok := c.client()
+	if !ok {
+		return exitUsage
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	res, err := cl.Cancel(ctx, pos[0], *key)
+	if err != nil {
+		return c.fail(err)
+	}
+	if c.output == "json" {
+		c.json(res)
+		return exitOK
+	}
+	c.table("JOB ID\tSTATUS\tREPLAYED\tKEY", [][]string{{res.Job.ID, string(res.Job.Status), fmt.Sprint(res.Replayed), res.Key}})
+	return exitOK
+}
+
+func (c *jobsCmd) replay(args []string) int {
+	file := c.fs.String("file", "", "the original payload (default: standard input)")
+	key := c.fs.String("key", "", "idempotency key; generated when empty")
+	pos, ok := c.parse(args, 1)
+	if !ok {
+		return exitUsage
+	}
+	cl, ok := c.client()
+	if !ok {
+		return exitUsage
+	}
+	body, ok := c.readBody(*file)
+	if !ok {
+		return exitUsage
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	sub, err := cl.Replay(ctx, pos[0], body, *key)
+	if err != nil {
+		return c.fail(err)
+	}
+	if c.output == "json" {
+		c.json(sub)
+		return exitOK
+	}
+	c.table("JOB ID\tSTATUS\tREPLAYED\tKEY", [][]string{{sub.JobID, string(sub.Status), fmt.Sprint(sub.Replayed), sub.Key}})
+	return exitOK
+}
+
+func (c *jobsCmd) wait(args []string) int {
+	timeout := c.fs.Duration("timeout", 0, "give up after this long (exit 4); 0 waits until the job ends")
+	pos, ok := c.parse(args, 1)
+	if !ok {
+		return exitUsage
+	}
+	cl, ok := c.client()
+	if !ok {
+		return exitUsage
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	if *timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *timeout)
+		defer cancel()
+	}
+	j, err := cl.Wait(ctx, pos[0])
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			if j != nil {
+				c.printJob(j)
+			}
+			fmt.Fprintf(c.errw, "etlctl jobs wait: timeout after %v\n", *timeout)
+			return exitTimeout
+		}
+		return c.fail(err)
+	}
+	c.printJob(j)
+	switch j.Status {
+	case client.StatusFailed:
+		return exitFailed
+	case client.StatusCancelled:
+		return exitCancelled
+	}
+	return exitOK
+}
+
+func (c *jobsCmd) process(args []string) int {
+	file := c.fs.String("file", "", "read records from this file instead of standard input")
+	key := c.fs.String("key", "", "idempotency key; generated when empty")
+	if _, ok := c.parse(args, 0); !ok {
+		return exitUsage
+	}
+	cl, ok := c.client()
+	if !ok {
+		return exitUsage
+	}
+	body, ok := c.readBody(*file)
+	if !ok {
+		return exitUsage
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	res, err := cl.Process(ctx, body, *key)
+	if err != nil {
+		return c.fail(err)
+	}
+	if c.output == "json" {
+		c.json(res)
+		return exitOK
+	}
+	rows := make([][]string, 0, len(res.Processed))
+	for _, id := range res.Processed {
+		rows = append(rows, []string{id})
+	}
+	c.table("PROCESSED", rows)
+	fmt.Fprintf(c.out, "key %s replayed %v\n", res.Key, res.Replayed)
+	return exitOK
+}
