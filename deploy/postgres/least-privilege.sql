@@ -131,6 +131,9 @@ REVOKE ALL ON FUNCTION etl_cancel_job(uuid, text, text)
 REVOKE ALL ON FUNCTION etl_operator_cancel_job(uuid, text, text), etl_ops_job_private(uuid),
                        etl_ops_active_jobs(integer), etl_ops_counters(), etl_ops_outbox_backlog(integer)
     FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
+-- So is the operator's replay (migration 00011).
+REVOKE ALL ON FUNCTION etl_operator_replay_job(uuid, text, text, text, text, uuid)
+    FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
 
 ------------------------------------------------------------------------------
 -- Worker: claim, renew, succeed, retry, fail, release (internal/lease) and the
@@ -194,6 +197,11 @@ GRANT EXECUTE ON FUNCTION etl_cancel_job(uuid, text, text) TO mightyetl_intake_r
 GRANT EXECUTE ON FUNCTION etl_operator_cancel_job(uuid, text, text), etl_ops_job_private(uuid),
                           etl_ops_active_jobs(integer), etl_ops_counters(), etl_ops_outbox_backlog(integer)
     TO mightyetl_intake_role;
+-- The operator's replay (migration 00011): locks any owner's FAILED or
+-- CANCELLED source and inserts the replay job for that owner, with its
+-- claim-queue and outbox rows, after checking the resent body's digest; the
+-- intake role still never reads a payload or another owner's row directly.
+GRANT EXECUTE ON FUNCTION etl_operator_replay_job(uuid, text, text, text, text, uuid) TO mightyetl_intake_role;
 GRANT SELECT, INSERT ON TABLE etl_idempotency_records TO mightyetl_intake_role;
 GRANT INSERT ON TABLE etl_outbox_events TO mightyetl_intake_role;
 -- Submit and replay queue new jobs (cancellation dequeues inside etl_cancel_job).

@@ -2,6 +2,7 @@ package pg_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -51,8 +52,8 @@ func functionGrants(t *testing.T, admin *pgxpool.Pool, role string) []string {
 
 // Every function the grant script grants to the intake role runs as the
 // intake role, through the store function the intake calls (the owner's
-// cancellation, the operator's cancellation, the console's bounded reads),
-// and is refused to the worker and relay roles, which hold no grant. The
+// cancellation, the operator's cancellation and replay, the console's
+// bounded reads), and is refused to the worker and relay roles, which hold no grant. The
 // list is checked against the catalog both ways: a granted function that
 // is not exercised here, or an exercised one that is not granted, fails.
 // Every SECURITY DEFINER function is executable by the intake role alone
@@ -85,6 +86,7 @@ func TestIntakeRoleRunsEveryGrantedFunction(t *testing.T) {
 		t.Fatalf("claim: %v", err)
 	}
 	running, pending, ownerCancelled, operatorCancelled := jobs[0], jobs[1], jobs[2], jobs[3]
+	ownerCancelledPayload := `[{"id":"fn2"}]`
 
 	// In call order: the reads see the RUNNING job before it is cancelled.
 	functions := []grantedFunction{
@@ -176,6 +178,33 @@ func TestIntakeRoleRunsEveryGrantedFunction(t *testing.T) {
 				}
 			},
 		},
+		{
+			signature: "etl_operator_replay_job(uuid,text,text,text,text,uuid)",
+			direct: `SELECT * FROM etl_operator_replay_job(gen_random_uuid(), repeat('0', 64), repeat('0', 64),
+				repeat('0', 64), '[]', gen_random_uuid())`,
+			asIntake: func(t *testing.T, ip *pgxpool.Pool) {
+				// The owner's cancelled job (cancelled by the call above),
+				// replayed by the operator for its owner.
+				p := pg.OperatorReplayParams{SourceJobID: ownerCancelled, OperatorScopeHash: operator,
+					ReplayKeyHash: sha("fn-operator-replay"), RequestDigest: sha(ownerCancelledPayload), Payload: ownerCancelledPayload}
+				out, err := pg.OperatorReplayJob(ctx, ip, p)
+				if err != nil || !out.Created || out.Job.Status != pg.StatusPending || out.Job.Lineage == nil ||
+					out.Job.Lineage.SourceJobID != ownerCancelled {
+					t.Fatalf("operator replay as intake: %+v, %v", out, err)
+				}
+				if got, err := pg.GetJob(ctx, ip, owner, out.Job.JobID); err != nil || got.Status != pg.StatusPending {
+					t.Fatalf("the owner's replay job as intake: %+v, %v", got, err)
+				}
+				again, err := pg.OperatorReplayJob(ctx, ip, p)
+				if err != nil || again.Created || again.Job.JobID != out.Job.JobID {
+					t.Fatalf("repeated operator replay as intake: %+v, %v", again, err)
+				}
+				p.ReplayKeyHash, p.RequestDigest, p.Payload = sha("fn-operator-replay-2"), sha("[]"), "[]"
+				if _, err := pg.OperatorReplayJob(ctx, ip, p); !errors.Is(err, pg.ErrReplayPayloadMismatch) {
+					t.Fatalf("operator replay with another body as intake: %v", err)
+				}
+			},
+		},
 	}
 
 	granted := functionGrants(t, admin, "mightyetl_intake_role")
@@ -192,7 +221,7 @@ func TestIntakeRoleRunsEveryGrantedFunction(t *testing.T) {
 		t.Run(f.signature, func(t *testing.T) { f.asIntake(t, ip) })
 	}
 	// The console's plain reads run as the intake role too.
-	if page, err := pg.OpsListJobs(ctx, ip, pg.OpsListParams{Limit: 10}); err != nil || len(page.Jobs) != 4 {
+	if page, err := pg.OpsListJobs(ctx, ip, pg.OpsListParams{Limit: 10}); err != nil || len(page.Jobs) != 5 {
 		t.Fatalf("ops list as intake: %+v, %v", page, err)
 	}
 	if out, _, err := pg.OpsRecentOutcomes(ctx, ip, time.Now().Add(-time.Hour), 100); err != nil || len(out) == 0 {

@@ -96,3 +96,48 @@ func TestMigration00010DownRefusesWithOperatorCancelledRowsAndReverts(t *testing
 		t.Fatalf("operator's hash on the outbox after up: %q, %v", actor, err)
 	}
 }
+
+// Migration 00011 (operator replay) down drops etl_operator_replay_job and
+// leaves the jobs it created (ordinary replay jobs of their source's owner)
+// intact; up restores the function, and a repeat of the earlier request
+// finds the same job.
+func TestMigration00011DownAndUp(t *testing.T) {
+	pool, _ := pgtest.NewDatabase(t, pgtest.Options{Empty: true})
+	ctx := context.Background()
+	if err := pg.MigrateTo(ctx, pool, 11); err != nil {
+		t.Fatal(err)
+	}
+	const payload = `[{"id":"m11"}]`
+	source := failedJob(t, pool, sha("mig-11-owner"), payload)
+	p := pg.OperatorReplayParams{SourceJobID: source, OperatorScopeHash: sha("mig-11-operator"),
+		ReplayKeyHash: sha("mig-11-key"), RequestDigest: sha(payload), Payload: payload}
+	first, err := pg.OperatorReplayJob(ctx, pool, p)
+	if err != nil || !first.Created {
+		t.Fatalf("operator replay at 00011: %+v, %v", first, err)
+	}
+
+	if err := pg.MigrateTo(ctx, pool, 10); err != nil {
+		t.Fatalf("down from 00011: %v", err)
+	}
+	if applied, _ := migVersion(t, pool); applied != 10 {
+		t.Fatalf("applied %d, want 10", applied)
+	}
+	if migFunctionExists(t, pool, "etl_operator_replay_job") {
+		t.Fatal("etl_operator_replay_job left after down from 00011")
+	}
+	if _, err := pg.OperatorReplayJob(ctx, pool, p); err == nil {
+		t.Fatal("operator replay without its function succeeded")
+	}
+	if got, err := pg.GetJob(ctx, pool, sha("mig-11-owner"), first.Job.JobID); err != nil || got.Lineage == nil {
+		t.Fatalf("the replay job after down: %+v, %v", got, err)
+	}
+
+	migUp(t, pool)
+	if !migFunctionExists(t, pool, "etl_operator_replay_job") {
+		t.Fatal("etl_operator_replay_job missing after up")
+	}
+	again, err := pg.OperatorReplayJob(ctx, pool, p)
+	if err != nil || again.Created || again.Job.JobID != first.Job.JobID {
+		t.Fatalf("repeat after up: %+v, %v", again, err)
+	}
+}

@@ -1,0 +1,106 @@
+package pg
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// OperatorReplayParams identify one operator replay.
+type OperatorReplayParams struct {
+	// SourceJobID is the FAILED or CANCELLED job to replay, of any owner.
+	SourceJobID uuid.UUID
+	// OperatorScopeHash is the operator's principal scope hash, recorded on
+	// the new job's job_available outbox row (actor_principal_scope_hash)
+	// and nowhere else.
+	OperatorScopeHash string
+	// ReplayKeyHash becomes the new job's submission_key_hash under the
+	// source's owner, so one key makes at most one job per owner.
+	ReplayKeyHash string
+	// RequestDigest is the hex SHA-256 of Payload, computed as the owner's
+	// replay computes it (intake.RequestDigest).
+	RequestDigest string
+	// Payload is the resent original body; it becomes the new job's payload.
+	Payload string
+	// JobID is the new job's id; uuid.Nil draws a time-ordered one (UUIDv7).
+	JobID uuid.UUID
+}
+
+// operatorReplaySQL runs etl_operator_replay_job (migration 00011): the
+// source lock (FOR UPDATE), the key lookup, the state, digest and generation
+// checks, and the insert of the job, its claim-queue row and its outbox row,
+// all in the function's one statement.
+const operatorReplaySQL = `SELECT outcome, job_record_id, job_kind, job_status, attempt_count, failure_code,
+       cancellation_code, created_at, updated_at, request_digest, replay_source_job_record_id,
+       replay_root_job_record_id, replay_generation_count
+FROM etl_operator_replay_job($1, $2, $3, $4, $5, $6)`
+
+// OperatorReplayJob creates a new PENDING job, owned by the source's owner,
+// that replays any owner's FAILED or CANCELLED job p.SourceJobID with
+// p.Payload, through etl_operator_replay_job. The rules are ReplayJob's, in
+// the same order, with the source's owner in place of the caller:
+//   - absent source: ErrNotFound;
+//   - the key already made a job for that owner: that job (Created false)
+//     when it replays this source with this digest; otherwise
+//     ErrReplayKeyReused;
+//   - source PENDING or RUNNING: ErrReplaySourceActive; SUCCEEDED:
+//     ErrReplaySourceSucceeded;
+//   - p.RequestDigest differs from the source's: ErrReplayPayloadMismatch;
+//   - source of generation MaxReplayGeneration: ErrReplayGenerationExhausted;
+//   - otherwise the new job (Created true).
+//
+// Refusals write nothing. A concurrent winner's row that vanished between
+// two statements is a serialization failure (IsTransient): retry with the
+// same key and body.
+func OperatorReplayJob(ctx context.Context, db DBTX, p OperatorReplayParams) (ReplayOutcome, error) {
+	if p.JobID == uuid.Nil {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return ReplayOutcome{}, fmt.Errorf("operator replay job: job id: %w", err)
+		}
+		p.JobID = id
+	}
+	var outcome string
+	row := db.QueryRow(ctx, operatorReplaySQL, p.SourceJobID, p.OperatorScopeHash, p.ReplayKeyHash,
+		p.RequestDigest, p.Payload, p.JobID)
+	var (
+		id                     *uuid.UUID
+		kind, status, digest   *string
+		attempts               *int
+		failure, cancellation  *string
+		source, root           *uuid.UUID
+		generation             *int32
+		createdAt, updatedAtTS *time.Time
+	)
+	if err := row.Scan(&outcome, &id, &kind, &status, &attempts, &failure, &cancellation, &createdAt, &updatedAtTS,
+		&digest, &source, &root, &generation); err != nil {
+		return ReplayOutcome{}, fmt.Errorf("operator replay job: %w", err)
+	}
+	switch outcome {
+	case "created", "replayed":
+	case "not_found":
+		return ReplayOutcome{}, ErrNotFound
+	case "key_reused":
+		return ReplayOutcome{}, ErrReplayKeyReused
+	case "source_active":
+		return ReplayOutcome{}, ErrReplaySourceActive
+	case "source_succeeded":
+		return ReplayOutcome{}, ErrReplaySourceSucceeded
+	case "payload_mismatch":
+		return ReplayOutcome{}, ErrReplayPayloadMismatch
+	case "generation_exhausted":
+		return ReplayOutcome{}, ErrReplayGenerationExhausted
+	default:
+		return ReplayOutcome{}, fmt.Errorf("operator replay job: unknown outcome %q", outcome)
+	}
+	if id == nil || kind == nil || status == nil || attempts == nil || digest == nil ||
+		source == nil || root == nil || generation == nil || createdAt == nil || updatedAtTS == nil {
+		return ReplayOutcome{}, fmt.Errorf("operator replay job: %s without its job", outcome)
+	}
+	j := Job{JobID: *id, Kind: *kind, Status: *status, AttemptCount: *attempts, FailureCode: failure,
+		CancellationCode: cancellation, CreatedAt: *createdAt, UpdatedAt: *updatedAtTS, RequestDigest: *digest,
+		Lineage: &Lineage{SourceJobID: *source, RootJobID: *root, Generation: int(*generation)}}
+	return ReplayOutcome{Job: j, Created: outcome == "created"}, nil
+}
