@@ -1,0 +1,225 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// NATS conventions of the request intake (docs/operations/nats.md).
+const (
+	// DefaultSubjectPrefix is MIGHTYETL_NATS_SUBJECT_PREFIX's default.
+	DefaultSubjectPrefix = "mightyetl"
+	// ReplyToHeader names the inbox the intake answers a request on.
+	ReplyToHeader = "Mightyetl-Reply-To"
+	// ErrorCodeHeader is set on an answer that carries a problem.
+	ErrorCodeHeader = "Mightyetl-Error-Code"
+	// DefaultMaxPayloadBytes is MIGHTYETL_MAX_PAYLOAD_BYTES's default, 1 MiB.
+	DefaultMaxPayloadBytes = 1 << 20
+	// duplicateWindow is the request stream's deduplication window; a
+	// request deduplicated against another producer's is sent again after it.
+	duplicateWindow = 100 * time.Millisecond
+)
+
+// InboxPrefix is the inbox prefix of principal's producer connections,
+// "_INBOX.<principal>". Connect with nats.CustomInboxPrefix(InboxPrefix(p))
+// (InboxOption) so the JetStream acks and the intake's answers arrive on
+// subjects the producer may subscribe to under NATS permissions.
+func InboxPrefix(principal string) string { return "_INBOX." + principal }
+
+// InboxOption is nats.CustomInboxPrefix(InboxPrefix(principal)).
+func InboxOption(principal string) nats.Option { return nats.CustomInboxPrefix(InboxPrefix(principal)) }
+
+// MsgID is the Nats-Msg-Id of principal's request with an idempotency key:
+// "<principal>:<key>". The intake rejects ids not qualified by the
+// subject's principal (CodeMsgIDNotQualified).
+func MsgID(principal, key string) string { return principal + ":" + key }
+
+// ProducerOptions configure NewProducer. Zero values take the defaults noted.
+type ProducerOptions struct {
+	// Prefix is the service's subject prefix; empty means
+	// DefaultSubjectPrefix.
+	Prefix string
+	// MaxPayloadBytes refuses larger requests before publishing
+	// (CodePayloadTooLarge); zero means DefaultMaxPayloadBytes. The
+	// server's max_payload applies too.
+	MaxPayloadBytes int
+	// DuplicateRetries is how often PublishAndWait publishes a request
+	// again that JetStream deduplicated against an earlier message with the
+	// same id (whose answer went to another inbox); zero means 3.
+	DuplicateRetries int
+}
+
+// Producer publishes job requests for one principal through JetStream. It
+// is safe for concurrent use; it does not own the connection.
+type Producer struct {
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	principal string
+	subject   string
+	rejects   string
+	o         ProducerOptions
+}
+
+// NewProducer returns a Producer for principal (the last token of its
+// request subject; NATS permissions decide who may publish there) over nc,
+// which should be connected with InboxOption(principal).
+func NewProducer(nc *nats.Conn, principal string, o ProducerOptions) (*Producer, error) {
+	if principal == "" || strings.ContainsAny(principal, ".*> \t\r\n") {
+		return nil, errors.New("mightyetl: principal must be one non-empty subject token")
+	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultSubjectPrefix
+	}
+	if o.MaxPayloadBytes <= 0 {
+		o.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if o.DuplicateRetries <= 0 {
+		o.DuplicateRetries = 3
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("mightyetl: jetstream: %w", err)
+	}
+	return &Producer{nc: nc, js: js, principal: principal, o: o,
+		subject: o.Prefix + ".requests." + principal, rejects: o.Prefix + ".rejections"}, nil
+}
+
+// Subject returns the request subject, "<prefix>.requests.<principal>".
+func (p *Producer) Subject() string { return p.subject }
+
+// Published is JetStream's acknowledgement of a request.
+type Published struct {
+	// Key is the request's idempotency key (the caller's or a generated one).
+	Key string
+	// Sequence is the request's stream sequence.
+	Sequence uint64
+	// Duplicate is true when JetStream dropped the message as a duplicate
+	// of one with the same Nats-Msg-Id inside the 100 ms window: that
+	// earlier message decides the job.
+	Duplicate bool
+}
+
+// Publish publishes records (a JSON array of records, byte for byte) as a
+// job request with idempotency key key (generated when empty) and returns
+// when JetStream has stored it. The intake turns it into a job later; the
+// same key and bytes converge on one job. Use PublishAndWait for the answer.
+// A request larger than the payload limit is CodePayloadTooLarge and is not
+// published.
+func (p *Producer) Publish(ctx context.Context, records []byte, key string) (*Published, error) {
+	return p.publish(ctx, records, key, "")
+}
+
+func (p *Producer) publish(ctx context.Context, records []byte, key, replyTo string) (*Published, error) {
+	if key == "" {
+		key = NewKey()
+	}
+	limit := p.o.MaxPayloadBytes
+	if mp := int(p.nc.MaxPayload()); mp > 0 && mp-1024 < limit {
+		limit = mp - 1024 // headers travel in the same message
+	}
+	if len(records) > limit {
+		return nil, &Error{Code: CodePayloadTooLarge, Detail: fmt.Sprintf("the request is %d bytes; the limit is %d", len(records), limit)}
+	}
+	msg := nats.NewMsg(p.subject)
+	msg.Data = records
+	msg.Header.Set(jetstream.MsgIDHeader, MsgID(p.principal, key))
+	if replyTo != "" {
+		msg.Header.Set(ReplyToHeader, replyTo)
+	}
+	ack, err := p.js.PublishMsg(ctx, msg)
+	if err != nil {
+		return nil, fmt.Errorf("mightyetl: publish request: %w", err)
+	}
+	return &Published{Key: key, Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
+}
+
+// PublishAndWait publishes like Publish, naming a fresh inbox under
+// InboxPrefix(principal) for the intake's answer, and waits for it until
+// ctx ends. It returns the job (a Submission; Replayed when the key and
+// bytes had made it before) or the problem as an *Error (Status zero):
+// CodeInvalidJSON, CodeInvalidRecord, CodeSubmissionKeyReused, ... and
+// CodeRequestDeliveriesExhausted after the intake failed internally too
+// often (publish it again later with the same key). A request deduplicated
+// against an earlier message is published again after the 100 ms window
+// (ProducerOptions.DuplicateRetries).
+func (p *Producer) PublishAndWait(ctx context.Context, records []byte, key string) (*Submission, error) {
+	if key == "" {
+		key = NewKey()
+	}
+	inbox := InboxPrefix(p.principal) + strings.TrimPrefix(nats.NewInbox(), "_INBOX")
+	sub, err := p.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, fmt.Errorf("mightyetl: subscribe to the reply inbox: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	for attempt := 0; ; attempt++ {
+		pub, err := p.publish(ctx, records, key, inbox)
+		if err != nil {
+			return nil, err
+		}
+		if !pub.Duplicate {
+			break
+		}
+		if attempt >= p.o.DuplicateRetries {
+			return nil, fmt.Errorf("mightyetl: request %s deduplicated %d times; its answer went to another inbox", key, attempt+1)
+		}
+		t := time.NewTimer(duplicateWindow + 20*time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("mightyetl: wait for the intake's answer: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+	m, err := sub.NextMsgWithContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("mightyetl: wait for the intake's answer: %w", err)
+	}
+	if code := m.Header.Get(ErrorCodeHeader); code != "" {
+		return nil, problemOfNATS(code, m.Data)
+	}
+	var s Submission
+	if err := json.Unmarshal(m.Data, &s); err != nil || s.JobID == "" {
+		return nil, &Error{Code: codeUnexpectedResponse, Detail: "undecodable answer from the intake"}
+	}
+	s.Key = key
+	return &s, nil
+}
+
+func problemOfNATS(code string, body []byte) *Error {
+	e := &Error{Code: ErrorCode(code)}
+	var p struct{ Title, Detail string }
+	if json.Unmarshal(body, &p) == nil {
+		e.Title, e.Detail = p.Title, p.Detail
+	}
+	return e
+}
+
+// Rejections calls handle with an *Error (Status zero, Code set) for every
+// request the intake terminates as invalid, as announced on
+// "<prefix>.rejections". The subject is advisory (core NATS, no replay) and
+// payload-free: it carries the code only, of every principal's requests; use
+// PublishAndWait to learn the outcome of one's own request. handle runs on
+// one goroutine at a time. Stop with the returned subscription's
+// Unsubscribe.
+func (p *Producer) Rejections(handle func(*Error)) (*nats.Subscription, error) {
+	sub, err := p.nc.Subscribe(p.rejects, func(m *nats.Msg) {
+		var r struct {
+			ErrorCode string `json:"errorCode"`
+		}
+		if json.Unmarshal(m.Data, &r) == nil && r.ErrorCode != "" {
+			handle(&Error{Code: ErrorCode(r.ErrorCode)})
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mightyetl: subscribe to rejections: %w", err)
+	}
+	return sub, nil
+}
