@@ -304,7 +304,7 @@ func problemOf(r *response) *Error {
 		e.Code, e.Title, e.Detail, e.Instance = ErrorCode(p.ErrorCode), p.Title, p.Detail, p.Instance
 		return e
 	}
-	e.Code, e.Detail = codeUnexpectedResponse, http.StatusText(r.status)
+	e.Code, e.Detail = CodeUnexpectedResponse, http.StatusText(r.status)
 	return e
 }
 

@@ -48,7 +48,7 @@ const (
 	CodeReplySubjectForbidden      ErrorCode = "etl_reply_subject_forbidden"
 	CodeMsgIDNotQualified          ErrorCode = "etl_nats_msg_id_not_qualified"
 	CodeRequestDeliveriesExhausted ErrorCode = "etl_request_deliveries_exhausted"
-	codeUnexpectedResponse         ErrorCode = "etl_unexpected_response"
+	CodeUnexpectedResponse         ErrorCode = "etl_unexpected_response"
 )
 
 // Error is a problem answered by the service. Over HTTP it is the RFC 9457

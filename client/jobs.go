@@ -349,7 +349,7 @@ func (c *Client) Process(ctx context.Context, records []byte, key string) (*Proc
 		return nil, err
 	}
 	if res.status != http.StatusOK {
-		return nil, &Error{Code: codeUnexpectedResponse, Status: res.status, Detail: http.StatusText(res.status)}
+		return nil, &Error{Code: CodeUnexpectedResponse, Status: res.status, Detail: http.StatusText(res.status)}
 	}
 	out := &ProcessResult{Key: key, Replayed: res.header.Get("Idempotency-Replayed") == "true", Processed: []string{}}
 	for line := range strings.Lines(string(res.body)) {
@@ -365,10 +365,10 @@ func jobPath(id string) string { return jobsPath + "/" + url.PathEscape(id) }
 // decode checks the status and decodes a JSON body into v.
 func decode(res *response, want int, v any) error {
 	if res.status != want {
-		return &Error{Code: codeUnexpectedResponse, Status: res.status, Detail: "unexpected status " + strconv.Itoa(res.status)}
+		return &Error{Code: CodeUnexpectedResponse, Status: res.status, Detail: "unexpected status " + strconv.Itoa(res.status)}
 	}
 	if err := json.Unmarshal(res.body, v); err != nil {
-		return &Error{Code: codeUnexpectedResponse, Status: res.status, Detail: "undecodable body: " + err.Error()}
+		return &Error{Code: CodeUnexpectedResponse, Status: res.status, Detail: "undecodable body: " + err.Error()}
 	}
 	return nil
 }

@@ -187,7 +187,7 @@ func (p *Producer) PublishAndWait(ctx context.Context, records []byte, key strin
 	}
 	var s Submission
 	if err := json.Unmarshal(m.Data, &s); err != nil || s.JobID == "" {
-		return nil, &Error{Code: codeUnexpectedResponse, Detail: "undecodable answer from the intake"}
+		return nil, &Error{Code: CodeUnexpectedResponse, Detail: "undecodable answer from the intake"}
 	}
 	s.Key = key
 	return &s, nil

@@ -140,6 +140,15 @@ func (d *devCLI) client(t *testing.T) *client.Client {
 // `go run ./cmd/etlctl`, and sees the job succeed.
 func TestREADMECLILinesWorkAgainstDev(t *testing.T) {
 	d := startDevForCLI(t)
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []string{d.submitLine, d.waitLine, "export MIGHTYETL_API_URL=http://127.0.0.1:8080 MIGHTYETL_API_USER=dev MIGHTYETL_API_PASSWORD="} {
+		if !strings.Contains(string(readme), l) {
+			t.Errorf("README does not show the line dev prints: %q", l)
+		}
+	}
 	out, err := exec.Command("sh", "-c", d.exportLine+"\n"+d.local(d.submitLine)+" -o table").CombinedOutput()
 	if err != nil {
 		t.Fatalf("submit line: %v\n%s", err, out)
