@@ -2,7 +2,9 @@ package console_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +22,9 @@ import (
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -54,6 +60,10 @@ type stack struct {
 	base   string
 	pass   map[string]string
 	worker *worker.Process
+	// pool is the stack's database, for fixtures and checks.
+	pool *pgxpool.Pool
+	// hashKey is MIGHTYETL_PRINCIPAL_HASH_KEY.
+	hashKey string
 	// client is the test's own HTTP client; its idle keep-alive
 	// connections are closed at cleanup, so goleak sees no transport
 	// goroutines left.
@@ -62,7 +72,7 @@ type stack struct {
 
 func startStack(t *testing.T) *stack {
 	t.Helper()
-	_, url := pgtest.NewDatabase(t)
+	pool, url := pgtest.NewDatabase(t)
 	dir := t.TempDir()
 	pass := map[string]string{"operator": "operator-password-1", "alice": "alice-password-1"}
 	var lines []string
@@ -135,7 +145,8 @@ func startStack(t *testing.T) *stack {
 	})
 	transport := &http.Transport{}
 	t.Cleanup(transport.CloseIdleConnections)
-	return &stack{t: t, base: "http://" + srv.Addr(), pass: pass, worker: wp, client: &http.Client{Transport: transport}}
+	return &stack{t: t, base: "http://" + srv.Addr(), pass: pass, worker: wp, pool: pool,
+		hashKey: env["MIGHTYETL_PRINCIPAL_HASH_KEY"], client: &http.Client{Transport: transport}}
 }
 
 func (s *stack) basic(principal string) string {
@@ -422,6 +433,50 @@ func TestConsoleInBrowser(t *testing.T) {
 	if byOperator != 4 {
 		t.Fatalf("%d jobs cancelled by the operator, want 4 (1 + the bulk cap of 3)", byOperator)
 	}
+
+	// Replay of a FAILED etl_records job of alice's from its detail page.
+	// First the worker's one slot is freed (the owner cancels what is left
+	// of the diagnostic jobs). The source failed after its attempts (a row
+	// as the worker's terminal failure leaves it: no payload, only the
+	// digest of the body alice sent).
+	for i, id := range pending {
+		s.do("POST", "/api/etl/jobs/"+id+"/cancellation", "alice", fmt.Sprintf("console-owner-cancel-%04d", i), "")
+	}
+	source := uuid.Must(uuid.NewV7())
+	digest := sha256.Sum256([]byte(rec))
+	keyHash := sha256.Sum256([]byte("console-replay-source"))
+	if _, err := s.pool.Exec(context.Background(), `INSERT INTO etl_job_records (job_record_id, job_kind,
+		principal_scope_hash, submission_key_hash, request_digest, request_payload, job_status, failure_code,
+		attempt_count, max_attempts) VALUES ($1, 'etl_records', $2, $3, $4, NULL, 'FAILED', 'etl_target_unavailable', 1, 1)`,
+		source, auth.ScopeHash([]byte(s.hashKey), "alice"), hex.EncodeToString(keyHash[:]), hex.EncodeToString(digest[:])); err != nil {
+		t.Fatalf("failed source: %v", err)
+	}
+	step("replay form", chromedp.Navigate(s.base+"/console/jobs/"+source.String()),
+		chromedp.WaitVisible(chromedp.ID("replay-body")),
+		chromedp.SetValue(chromedp.ID("replay-body"), rec),
+		chromedp.Click(chromedp.ID("replay-confirm")))
+	shot("job-replay")
+	step("replay", chromedp.Click(chromedp.ID("replay-job")), chromedp.WaitVisible(chromedp.CSS(".notice")))
+	href := get("replay job url", chromedp.Evaluate[string](`location.pathname`))
+	child := strings.TrimPrefix(href, "/console/jobs/")
+	if _, err := uuid.Parse(child); err != nil || child == source.String() {
+		t.Fatalf("after replay the browser is at %q", href)
+	}
+	text = get("replay job text", chromedp.Text(chromedp.CSS("main")))
+	if !strings.Contains(text, "Replay created from job "+source.String()) || !strings.Contains(text, "Generation 1: replays source "+source.String()) {
+		t.Fatalf("replay job page:\n%s", text)
+	}
+	s.waitStatus(child, "SUCCEEDED")
+	var loaded []string
+	rows, err := s.pool.Query(context.Background(), `SELECT data FROM processed_data WHERE job_record_id = $1 ORDER BY data`, child)
+	if err == nil {
+		loaded, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if want := []string{"ID:a1,NAME:JANE,AMOUNT:999.90,", "ID:a2,EMAIL:x@y.z,"}; err != nil || !slices.Equal(loaded, want) {
+		t.Fatalf("the replay loaded %v, %v; want %v", loaded, err, want)
+	}
+	step("source lists the replay", chromedp.Navigate(s.base+"/console/jobs/"+source.String()),
+		chromedp.WaitVisible(chromedp.CSS(`a[href="/console/jobs/`+child+`"]`)))
 
 	// A cross-origin POST is refused even with the operator's credentials.
 	req, _ := http.NewRequest("POST", s.base+"/console/jobs/"+pending[3]+"/cancel", strings.NewReader("csrf=x"))

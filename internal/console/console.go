@@ -14,6 +14,7 @@ package console
 import (
 	"context"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -25,6 +26,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/pg"
 )
 
@@ -50,6 +52,12 @@ type Options struct {
 	Logger *slog.Logger
 	// SampleEvery is the spacing of the rate samples (default 30s).
 	SampleEvery time.Duration
+	// Replay runs an operator's replay (intake.Service.OperatorReplay);
+	// nil means the console offers no replay.
+	Replay func(context.Context, intake.OperatorReplayRequest) (intake.ReplayResult, error)
+	// MaxPayloadBytes bounds the body of a replay (MIGHTYETL_MAX_PAYLOAD_BYTES);
+	// zero means 1 MiB.
+	MaxPayloadBytes int64
 }
 
 // Console serves the operator pages. Safe for concurrent use.
@@ -83,6 +91,9 @@ func New(opts Options) (*Console, error) {
 	}
 	if opts.SampleEvery <= 0 {
 		opts.SampleEvery = 30 * time.Second
+	}
+	if opts.MaxPayloadBytes <= 0 {
+		opts.MaxPayloadBytes = 1 << 20
 	}
 	c := &Console{opts: opts, sampler: &sampler{every: opts.SampleEvery}}
 	c.SetRelayState(opts.RelayState)
@@ -484,3 +495,48 @@ func (c *Console) BulkCancel(ctx context.Context, op Operator, f Filter, confirm
 		slog.String("outcome", "done"), slog.Int("confirmed", confirmed), slog.Int("cancelled", n))
 	return n, nil
 }
+
+// errReplayUnavailable: the console was built without Options.Replay.
+var errReplayUnavailable = errors.New("console: replay not configured")
+
+// ReplayKey draws a fresh replay key for a replay form: the form carries it
+// as a hidden field, so submitting the same rendered form twice (a double
+// click, a resent POST) replays the same job, while a newly rendered form
+// makes a new key. 32 hex characters of crypto/rand after "console-".
+func ReplayKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "console-" + hex.EncodeToString(b[:])
+}
+
+// Replay replays the FAILED or CANCELLED job id of any owner as op with the
+// resent original body and replay key (see intake.Service.OperatorReplay:
+// the same errors, intake codes) and logs the action without identifiers,
+// payloads or hashes.
+func (c *Console) Replay(ctx context.Context, op Operator, id uuid.UUID, key string, body []byte) (intake.ReplayResult, error) {
+	if c.opts.Replay == nil {
+		return intake.ReplayResult{}, errReplayUnavailable
+	}
+	res, err := c.opts.Replay(ctx, intake.OperatorReplayRequest{OperatorScopeHash: op.ScopeHash,
+		IdempotencyKey: key, JobID: id, Body: body})
+	outcome := "created"
+	switch {
+	case err != nil:
+		outcome = intake.CodeOf(err)
+	case res.Replayed:
+		outcome = "replayed"
+	}
+	level := slog.LevelInfo
+	if outcome == intake.CodeTargetUnavailable || outcome == intake.CodeInternalError {
+		level = slog.LevelError
+	}
+	c.opts.Logger.LogAttrs(ctx, level, "operator action", slog.String("action", "replay"),
+		slog.String("outcome", outcome))
+	return res, err
+}
+
+// ReplayEnabled reports whether the console offers replay.
+func (c *Console) ReplayEnabled() bool { return c.opts.Replay != nil }
+
+// MaxPayloadBytes is the largest replay body the console accepts.
+func (c *Console) MaxPayloadBytes() int64 { return c.opts.MaxPayloadBytes }

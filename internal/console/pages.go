@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/pg"
 )
 
@@ -88,6 +89,7 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("GET /console/jobs", h.jobs)
 	mux.HandleFunc("GET /console/jobs/{id}", h.job)
 	mux.HandleFunc("POST /console/jobs/{id}/cancel", h.cancel)
+	mux.HandleFunc("POST /console/jobs/{id}/replay", h.replay)
 	mux.HandleFunc("GET /console/bulk-cancel", h.bulkConfirm)
 	mux.HandleFunc("POST /console/bulk-cancel", h.bulkCancel)
 	mux.HandleFunc("GET /console/workers", h.workers)
@@ -229,7 +231,17 @@ func (h *pageHandler) job(w http.ResponseWriter, r *http.Request) {
 		h.dbError(w, r)
 		return
 	}
-	h.render(w, r, http.StatusOK, "job", "Job "+id.String(), d)
+	h.render(w, r, http.StatusOK, "job", "Job "+id.String(), jobView{OpsDetail: d, ReplayEnabled: h.c.ReplayEnabled(),
+		ReplayKey: ReplayKey(), MaxPayloadBytes: h.c.opts.MaxPayloadBytes})
+}
+
+// jobView is the detail page: the job and, for a FAILED or CANCELLED job,
+// the replay form's key (drawn per rendering; see ReplayKey).
+type jobView struct {
+	pg.OpsDetail
+	ReplayEnabled   bool
+	ReplayKey       string
+	MaxPayloadBytes int64
 }
 
 func (h *pageHandler) workers(w http.ResponseWriter, r *http.Request) {
@@ -261,8 +273,13 @@ func sameOrigin(r *http.Request) bool {
 
 // checkPost applies the CSRF rules: same origin and the operator's token.
 func (h *pageHandler) checkPost(w http.ResponseWriter, r *http.Request) (Operator, bool) {
+	return h.checkPostLimit(w, r, 16<<10)
+}
+
+// checkPostLimit is checkPost for a form of at most limit bytes.
+func (h *pageHandler) checkPostLimit(w http.ResponseWriter, r *http.Request, limit int64) (Operator, bool) {
 	op, _ := operatorFrom(r.Context())
-	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	if !sameOrigin(r) || r.ParseForm() != nil || !h.c.validToken(op, r.PostForm.Get("csrf")) {
 		h.c.opts.Logger.LogAttrs(r.Context(), slog.LevelWarn, "operator action", slog.String("action", "refused"),
 			slog.String("outcome", "csrf"))
@@ -296,6 +313,76 @@ func (h *pageHandler) cancel(w http.ResponseWriter, r *http.Request) {
 		notice = "Not cancelled: the job is " + res.Status + "."
 	}
 	http.Redirect(w, r, "/console/jobs/"+id.String()+"?notice="+url.QueryEscape(notice), http.StatusSeeOther)
+}
+
+// replay serves the replay form of a FAILED or CANCELLED job's detail
+// page: CSRF checks, the confirmation box, the body within the payload
+// limit, then Console.Replay; success redirects to the new job. A textarea
+// submits its line breaks as CRLF (HTML's form encoding), so a body with
+// CRLF whose digest does not match is tried once more with LF line breaks;
+// a refused attempt writes nothing, so both run under the form's one key.
+func (h *pageHandler) replay(w http.ResponseWriter, r *http.Request) {
+	// URL-encoding can triple a body's size; the body itself is checked
+	// against the payload limit below.
+	op, ok := h.checkPostLimit(w, r, 3*h.c.opts.MaxPayloadBytes+16<<10)
+	if !ok {
+		return
+	}
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		h.error(w, r, http.StatusNotFound, "Not found", "No such job.")
+		return
+	}
+	if r.PostForm.Get("confirm") != "yes" {
+		h.error(w, r, http.StatusBadRequest, "Bad request", "Tick the confirmation box to replay the job.")
+		return
+	}
+	body := r.PostForm.Get("body")
+	if int64(len(body)) > h.c.opts.MaxPayloadBytes {
+		h.error(w, r, http.StatusRequestEntityTooLarge, "Too large", "The body is larger than the payload limit.")
+		return
+	}
+	key := r.PostForm.Get("key")
+	res, err := h.c.Replay(r.Context(), op, id, key, []byte(body))
+	if errors.Is(err, intake.ErrReplayPayloadMismatch) && strings.Contains(body, "\r\n") {
+		res, err = h.c.Replay(r.Context(), op, id, key, []byte(strings.ReplaceAll(body, "\r\n", "\n")))
+	}
+	if err != nil {
+		status, msg := replayRefusal(err)
+		if status == 0 {
+			h.dbError(w, r)
+			return
+		}
+		h.error(w, r, status, http.StatusText(status), msg)
+		return
+	}
+	notice := "Replay created from job " + id.String() + "."
+	if res.Replayed {
+		notice = "This form already replayed job " + id.String() + "; this is that replay."
+	}
+	http.Redirect(w, r, "/console/jobs/"+res.Job.JobID.String()+"?notice="+url.QueryEscape(notice), http.StatusSeeOther)
+}
+
+// replayRefusal is the status and message of a refused replay, or 0 for a
+// database failure.
+func replayRefusal(err error) (int, string) {
+	switch intake.CodeOf(err) {
+	case intake.CodeJobNotFound:
+		return http.StatusNotFound, "No such job."
+	case intake.CodeReplayKeyRequired:
+		return http.StatusBadRequest, "The form has no replay key; reload the job page and try again."
+	case intake.CodeReplayPayloadMismatch:
+		return http.StatusUnprocessableEntity, "The body is not the job's original body (its SHA-256 differs from the stored digest). Paste the exact bytes the owner submitted."
+	case intake.CodeReplayKeyReused:
+		return http.StatusUnprocessableEntity, "This form already replayed the job with another body; reload the job page to start a new replay."
+	case intake.CodeReplaySourceActive:
+		return http.StatusConflict, "The job is PENDING or RUNNING; only FAILED or CANCELLED jobs can be replayed."
+	case intake.CodeReplaySourceSucceeded:
+		return http.StatusConflict, "The job SUCCEEDED; there is nothing to replay."
+	case intake.CodeReplayGenerationExhausted:
+		return http.StatusConflict, "The job is the last generation of its replay chain (100); it cannot be replayed."
+	}
+	return 0, ""
 }
 
 type confirmView struct {

@@ -110,7 +110,11 @@ func newEnvOn(t testing.TB, pool *pgxpool.Pool, url string, options ...envOption
 		PollInterval:          1500 * time.Millisecond,
 		DiagnosticJobsEnabled: true,
 	}
-	cons, err := console.New(console.Options{DB: pool, HashKey: testHashKey})
+	var svc *intake.Service // set below, before any request
+	cons, err := console.New(console.Options{DB: pool, HashKey: testHashKey, Logger: o.Logger,
+		Replay: func(ctx context.Context, r intake.OperatorReplayRequest) (intake.ReplayResult, error) {
+			return svc.OperatorReplay(ctx, r)
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +122,7 @@ func newEnvOn(t testing.TB, pool *pgxpool.Pool, url string, options ...envOption
 	for _, opt := range options {
 		opt(&o, &so)
 	}
-	svc, err := intake.New(so)
+	svc, err = intake.New(so)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -205,6 +205,38 @@ func (a *api) opsWorkers(w http.ResponseWriter, r *http.Request, _ console.Opera
 	writeOpsJSON(w, f)
 }
 
+// opsReplay serves POST /api/ops/jobs/{id}/replays: an operator's replay
+// of any owner's FAILED or CANCELLED job, shaped like the owner's replay
+// (the byte-identical original body, a required Idempotency-Key; id 404,
+// then key 400, then size 413, then the use case). 202 with Location and
+// statusUrl on the operator's view of the new job, and Idempotency-Replayed.
+func (a *api) opsReplay(w http.ResponseWriter, r *http.Request, op console.Operator) {
+	id, ok := parseJobID(r.PathValue("id"))
+	if !ok {
+		writeProblem(w, r, intake.CodeJobNotFound)
+		return
+	}
+	key, _, ok := parseIdempotencyKey(r.Header)
+	if !ok {
+		writeProblem(w, r, intake.CodeReplayKeyRequired)
+		return
+	}
+	body, release, ok := a.readBody(w, r)
+	defer release()
+	if !ok {
+		return
+	}
+	res, err := a.opts.Console.Replay(r.Context(), op, id, key, body)
+	if err != nil {
+		writeProblem(w, r, intake.CodeOf(err))
+		return
+	}
+	loc := "/api/ops/jobs/" + res.Job.JobID.String()
+	w.Header().Set("Location", loc)
+	w.Header().Set("Idempotency-Replayed", replayedHeader(res.Replayed))
+	writeJSON(w, http.StatusAccepted, submitResponse{JobRecordID: res.Job.JobID.String(), JobStatus: res.Job.Status, StatusURL: loc})
+}
+
 // registerConsole mounts /console/ and /api/ops/ on mux.
 func (a *api) registerConsole(mux *http.ServeMux) {
 	mux.Handle("/console/", a.consolePages())
@@ -214,6 +246,11 @@ func (a *api) registerConsole(mux *http.ServeMux) {
 	ops("GET /api/ops/jobs", a.opsJobs)
 	ops("GET /api/ops/jobs/{id}", a.opsJob)
 	ops("GET /api/ops/workers", a.opsWorkers)
+	ops("POST /api/ops/jobs/{id}/replays", a.opsReplay)
+	mux.Handle("/api/ops/jobs/{id}/replays", a.authenticated(func(w http.ResponseWriter, r *http.Request, _ string) {
+		w.Header().Set("Allow", "POST")
+		writeProblem(w, r, codeMethodNotAllowed)
+	}))
 	for _, p := range []string{"/api/ops/overview", "/api/ops/jobs", "/api/ops/jobs/{id}", "/api/ops/workers"} {
 		mux.Handle(p, a.authenticated(func(w http.ResponseWriter, r *http.Request, _ string) {
 			w.Header().Set("Allow", "GET, HEAD")

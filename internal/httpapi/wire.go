@@ -93,7 +93,7 @@ func NewServerFromConfig(cfg config.Intake, pools Pools, authn auth.Authenticato
 	var cons *console.Console
 	if cfg.ConsoleEnabled {
 		cons, err = console.New(console.Options{DB: pools.Requests, HashKey: []byte(cfg.PrincipalHashKey), Logger: log,
-			BulkCancelCap: cfg.ConsoleBulkCancelCap})
+			BulkCancelCap: cfg.ConsoleBulkCancelCap, Replay: svc.OperatorReplay, MaxPayloadBytes: int64(cfg.MaxPayloadBytes)})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -57,6 +57,16 @@ func ReplayKeyHash(scope, key string) string {
 	return sha256Hex("mightyetl:durable-job-replay:v1:", scope, ":", key)
 }
 
+// OperatorReplayKeyHash is the submission_key_hash of an operator's replay
+// job: hex sha256("mightyetl:operator-replay:v1:" + operatorScope + ":" +
+// key). It is scoped by the operator (two operators' keys never meet) and
+// domain-separated from the owner's submission and replay keys; the job is
+// stored under the source's owner, so one key makes at most one job per
+// owner.
+func OperatorReplayKeyHash(operatorScope, key string) string {
+	return sha256Hex("mightyetl:operator-replay:v1:", operatorScope, ":", key)
+}
+
 // SyncProcessKeyHash is the ledger idempotency_key_hash of the synchronous
 // path: hex sha256("mightyetl:sync-process:v1:" + scope + ":" + key).
 func SyncProcessKeyHash(scope, key string) string {

@@ -66,21 +66,69 @@ func (s *Service) Replay(ctx context.Context, req ReplayRequest) (ReplayResult, 
 		RequestDigest:      RequestDigest(req.Body),
 		Payload:            string(req.Body),
 	})
-	switch {
-	case err == nil:
-		return ReplayResult{Job: out.Job, Replayed: !out.Created}, nil
-	case errors.Is(err, pg.ErrNotFound):
-		return ReplayResult{}, ErrJobNotFound
-	case errors.Is(err, pg.ErrReplayKeyReused):
-		return ReplayResult{}, ErrReplayKeyReused
-	case errors.Is(err, pg.ErrReplaySourceActive):
-		return ReplayResult{}, ErrReplaySourceActive
-	case errors.Is(err, pg.ErrReplaySourceSucceeded):
-		return ReplayResult{}, ErrReplaySourceSucceeded
-	case errors.Is(err, pg.ErrReplayPayloadMismatch):
-		return ReplayResult{}, ErrReplayPayloadMismatch
-	case errors.Is(err, pg.ErrReplayGenerationExhausted):
-		return ReplayResult{}, ErrReplayGenerationExhausted
+	if err != nil {
+		return ReplayResult{}, replayError(err)
 	}
-	return ReplayResult{}, storeError(err)
+	return ReplayResult{Job: out.Job, Replayed: !out.Created}, nil
+}
+
+// OperatorReplayRequest asks, as an operator, to run any owner's FAILED or
+// CANCELLED job again as a new job of that owner.
+type OperatorReplayRequest struct {
+	// OperatorScopeHash is the operator's principal scope hash (the caller
+	// decided it is an operator's).
+	OperatorScopeHash string
+	// IdempotencyKey is the normalised replay key; required. The console
+	// form carries one drawn when the form was rendered.
+	IdempotencyKey string
+	// JobID is the source job.
+	JobID uuid.UUID
+	// Body is the byte-identical original payload of the source.
+	Body []byte
+}
+
+// OperatorReplay is Replay for an operator: the source may be any owner's,
+// the new job belongs to the source's owner, and the operator's scope hash
+// is recorded on the new job's outbox row only (pg.OperatorReplayJob). The
+// body's digest is computed as Replay computes it (RequestDigest) and the
+// key hashed with OperatorReplayKeyHash. Outcomes and their order are
+// Replay's; a blank scope hash is ErrPrincipalRequired and a missing or
+// invalid key ErrReplayKeyRequired, both before any database access.
+func (s *Service) OperatorReplay(ctx context.Context, req OperatorReplayRequest) (ReplayResult, error) {
+	if req.OperatorScopeHash == "" {
+		return ReplayResult{}, ErrPrincipalRequired
+	}
+	if !ValidKey(req.IdempotencyKey) {
+		return ReplayResult{}, ErrReplayKeyRequired
+	}
+	out, err := pg.OperatorReplayJob(ctx, s.db, pg.OperatorReplayParams{
+		SourceJobID:       req.JobID,
+		OperatorScopeHash: req.OperatorScopeHash,
+		ReplayKeyHash:     OperatorReplayKeyHash(req.OperatorScopeHash, req.IdempotencyKey),
+		RequestDigest:     RequestDigest(req.Body),
+		Payload:           string(req.Body),
+	})
+	if err != nil {
+		return ReplayResult{}, replayError(err)
+	}
+	return ReplayResult{Job: out.Job, Replayed: !out.Created}, nil
+}
+
+// replayError maps a replay store error to the use case's error.
+func replayError(err error) error {
+	switch {
+	case errors.Is(err, pg.ErrNotFound):
+		return ErrJobNotFound
+	case errors.Is(err, pg.ErrReplayKeyReused):
+		return ErrReplayKeyReused
+	case errors.Is(err, pg.ErrReplaySourceActive):
+		return ErrReplaySourceActive
+	case errors.Is(err, pg.ErrReplaySourceSucceeded):
+		return ErrReplaySourceSucceeded
+	case errors.Is(err, pg.ErrReplayPayloadMismatch):
+		return ErrReplayPayloadMismatch
+	case errors.Is(err, pg.ErrReplayGenerationExhausted):
+		return ErrReplayGenerationExhausted
+	}
+	return storeError(err)
 }
