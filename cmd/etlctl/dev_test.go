@@ -1,13 +1,11 @@
 package main_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -36,58 +34,21 @@ func TestDevRunsTheWholeSystem(t *testing.T) {
 		t.Fatal("curl is needed to run the printed command")
 	}
 	pool, url := pgtest.NewDatabase(t)
-	cmd := exec.Command(buildEtlctl(t), "dev")
-	env := []string{}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "NATS_URL=") && !strings.HasPrefix(kv, "MIGHTYETL_") {
-			env = append(env, kv)
-		}
-	}
-	cmd.Env = append(env, "DATABASE_URL="+url, "MIGHTYETL_HTTP_ADDR=127.0.0.1:0", "MIGHTYETL_METRICS_ADDR=127.0.0.1:0",
+	dev := startDev(t, buildEtlctl(t), url,
 		"MIGHTYETL_WORKER_POLL_INTERVAL=30s") // 30s poll: the job must arrive through the embedded NATS wake-up
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = io.Discard
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-	})
-	lines := make(chan string, 16)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
 	var curl, credential, consoleURL string
-	deadline := time.After(90 * time.Second)
-	for curl == "" {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatal("dev exited before printing a curl line")
-			}
-			if strings.HasPrefix(l, "curl ") {
-				curl = l
-			}
-			if c, ok := strings.CutPrefix(l, "dev credential (printed once): "); ok {
-				credential = strings.Replace(c, " / ", ":", 1)
-			}
-			if c, ok := strings.CutPrefix(l, "operator console: "); ok {
-				consoleURL, _, _ = strings.Cut(c, " ")
-			}
-		case <-deadline:
-			t.Fatal("no curl line within 90s")
+	dev.readUntil(t, func(l string) bool {
+		if strings.HasPrefix(l, "curl ") {
+			curl = l
 		}
-	}
+		if c, ok := strings.CutPrefix(l, "dev credential (printed once): "); ok {
+			credential = strings.Replace(c, " / ", ":", 1)
+		}
+		if c, ok := strings.CutPrefix(l, "operator console: "); ok {
+			consoleURL, _, _ = strings.Cut(c, " ")
+		}
+		return curl != ""
+	}, "dev exited before printing a curl line", "no curl line within 90s")
 	start := time.Now()
 	out, err := exec.Command("sh", "-c", curl).CombinedOutput()
 	if err != nil {
@@ -142,12 +103,12 @@ func TestDevRunsTheWholeSystem(t *testing.T) {
 			t.Fatalf("console %s with the dev credential: %d", page, res.StatusCode)
 		}
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := dev.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-done:
-		done <- err
+	case err := <-dev.done:
+		dev.done <- err
 		if err != nil {
 			t.Fatalf("dev exited with %v", err)
 		}
@@ -161,52 +122,14 @@ func TestDevRunsTheWholeSystem(t *testing.T) {
 // output says plainly that it is unauthenticated.
 func TestDevEmbeddedNATSIsLoopbackAndSaysUnauthenticated(t *testing.T) {
 	_, url := pgtest.NewDatabase(t)
-	cmd := exec.Command(buildEtlctl(t), "dev")
-	env := []string{}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "NATS_URL=") && !strings.HasPrefix(kv, "MIGHTYETL_") {
-			env = append(env, kv)
-		}
-	}
-	cmd.Env = append(env, "DATABASE_URL="+url, "MIGHTYETL_HTTP_ADDR=127.0.0.1:0", "MIGHTYETL_METRICS_ADDR=127.0.0.1:0")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = io.Discard
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-	})
-	lines := make(chan string, 16)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
+	dev := startDev(t, buildEtlctl(t), url)
 	var natsLine string
-	deadline := time.After(90 * time.Second)
-	for running := false; !running; {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatal("dev exited before it was running")
-			}
-			if strings.Contains(l, "nats://") {
-				natsLine = l
-			}
-			running = strings.HasPrefix(l, "mightyETL dev is running")
-		case <-deadline:
-			t.Fatal("dev not running within 90s")
+	dev.readUntil(t, func(l string) bool {
+		if strings.Contains(l, "nats://") {
+			natsLine = l
 		}
-	}
+		return strings.HasPrefix(l, "mightyETL dev is running")
+	}, "dev exited before it was running", "dev not running within 90s")
 	if !strings.Contains(natsLine, "UNAUTHENTICATED") {
 		t.Fatalf("start-up output does not say the embedded NATS is unauthenticated; NATS line %q", natsLine)
 	}

@@ -243,18 +243,44 @@ func (c *jobsCmd) table(header string, rows [][]string) {
 	_ = tw.Flush()
 }
 
+// setup parses args (see parse), builds the client and, when file is not nil,
+// reads the body from *file or standard input. ok false means exitUsage; the
+// reason is printed.
+func (c *jobsCmd) setup(args []string, positionals int, file *string) (pos []string, cl *client.Client, body []byte, ok bool) {
+	if pos, ok = c.parse(args, positionals); !ok {
+		return nil, nil, nil, false
+	}
+	if cl, ok = c.client(); !ok {
+		return nil, nil, nil, false
+	}
+	if file != nil {
+		if body, ok = c.readBody(*file); !ok {
+			return nil, nil, nil, false
+		}
+	}
+	return pos, cl, body, true
+}
+
+// show prints v as JSON, or as a table of header and rows.
+func (c *jobsCmd) show(v any, header string, rows ...[]string) {
+	if c.output == "json" {
+		c.json(v)
+		return
+	}
+	c.table(header, rows)
+}
+
+const submissionHeader = "JOB ID\tSTATUS\tREPLAYED\tKEY"
+
+func submissionRow(id string, status client.Status, replayed bool, key string) []string {
+	return []string{id, string(status), fmt.Sprint(replayed), key}
+}
+
 func (c *jobsCmd) submit(args []string) int {
 	file := c.fs.String("file", "", "read records from this file instead of standard input")
 	jsonl := c.fs.Bool("jsonl", false, "JSON Lines: one job (a JSON array of records) per line")
 	key := c.fs.String("key", "", "idempotency key (with --jsonl, line n uses <key>-<n>); generated when empty")
-	if _, ok := c.parse(args, 0); !ok {
-		return exitUsage
-	}
-	cl, ok := c.client()
-	if !ok {
-		return exitUsage
-	}
-	body, ok := c.readBody(*file)
+	_, cl, body, ok := c.setup(args, 0, file)
 	if !ok {
 		return exitUsage
 	}
@@ -297,11 +323,11 @@ func (c *jobsCmd) submit(args []string) int {
 		if c.output == "json" {
 			c.json(sub)
 		} else {
-			rows = append(rows, []string{sub.JobID, string(sub.Status), fmt.Sprint(sub.Replayed), sub.Key})
+			rows = append(rows, submissionRow(sub.JobID, sub.Status, sub.Replayed, sub.Key))
 		}
 	}
 	if c.output == "table" && len(rows) > 0 {
-		c.table("JOB ID\tSTATUS\tREPLAYED\tKEY", rows)
+		c.table(submissionHeader, rows)
 	}
 	return status
 }
@@ -314,19 +340,11 @@ func jobRow(j client.Job) []string {
 const jobHeader = "JOB ID\tSTATUS\tATTEMPTS\tFAILURE\tCREATED\tUPDATED\tREPLAY OF"
 
 func (c *jobsCmd) printJob(j *client.Job) {
-	if c.output == "json" {
-		c.json(j)
-		return
-	}
-	c.table(jobHeader, [][]string{jobRow(*j)})
+	c.show(j, jobHeader, jobRow(*j))
 }
 
 func (c *jobsCmd) get(args []string) int {
-	pos, ok := c.parse(args, 1)
-	if !ok {
-		return exitUsage
-	}
-	cl, ok := c.client()
+	pos, cl, _, ok := c.setup(args, 1, nil)
 	if !ok {
 		return exitUsage
 	}
@@ -345,10 +363,7 @@ func (c *jobsCmd) list(args []string) int {
 	limit := c.fs.Int("limit", 0, "page size 1..100 (default: the service's, 50)")
 	cursor := c.fs.String("cursor", "", "continue after a page (its nextCursor)")
 	all := c.fs.Bool("all", false, "follow the cursors through every page")
-	if _, ok := c.parse(args, 0); !ok {
-		return exitUsage
-	}
-	cl, ok := c.client()
+	_, cl, _, ok := c.setup(args, 0, nil)
 	if !ok {
 		return exitUsage
 	}
@@ -370,16 +385,12 @@ func (c *jobsCmd) list(args []string) int {
 		}
 		page = p
 	}
-	if c.output == "json" {
-		c.json(page)
-		return exitOK
-	}
 	rows := make([][]string, 0, len(page.Jobs))
 	for _, j := range page.Jobs {
 		rows = append(rows, jobRow(j))
 	}
-	c.table(jobHeader, rows)
-	if page.NextCursor != "" {
+	c.show(page, jobHeader, rows...)
+	if c.output == "table" && page.NextCursor != "" {
 		fmt.Fprintf(c.out, "more: etlctl jobs list --cursor %s (or --all)\n", page.NextCursor)
 	}
 	return exitOK
@@ -387,11 +398,7 @@ func (c *jobsCmd) list(args []string) int {
 
 func (c *jobsCmd) cancel(args []string) int {
 	key := c.fs.String("key", "", "idempotency key; generated when empty")
-	pos, ok := c.parse(args, 1)
-	if !ok {
-		return exitUsage
-	}
-	cl, ok := c.client()
+	pos, cl, _, ok := c.setup(args, 1, nil)
 	if !ok {
 		return exitUsage
 	}
@@ -401,26 +408,14 @@ func (c *jobsCmd) cancel(args []string) int {
 	if err != nil {
 		return c.fail(err)
 	}
-	if c.output == "json" {
-		c.json(res)
-		return exitOK
-	}
-	c.table("JOB ID\tSTATUS\tREPLAYED\tKEY", [][]string{{res.Job.ID, string(res.Job.Status), fmt.Sprint(res.Replayed), res.Key}})
+	c.show(res, submissionHeader, submissionRow(res.Job.ID, res.Job.Status, res.Replayed, res.Key))
 	return exitOK
 }
 
 func (c *jobsCmd) replay(args []string) int {
 	file := c.fs.String("file", "", "the original payload (default: standard input)")
 	key := c.fs.String("key", "", "idempotency key; generated when empty")
-	pos, ok := c.parse(args, 1)
-	if !ok {
-		return exitUsage
-	}
-	cl, ok := c.client()
-	if !ok {
-		return exitUsage
-	}
-	body, ok := c.readBody(*file)
+	pos, cl, body, ok := c.setup(args, 1, file)
 	if !ok {
 		return exitUsage
 	}
@@ -430,21 +425,13 @@ func (c *jobsCmd) replay(args []string) int {
 	if err != nil {
 		return c.fail(err)
 	}
-	if c.output == "json" {
-		c.json(sub)
-		return exitOK
-	}
-	c.table("JOB ID\tSTATUS\tREPLAYED\tKEY", [][]string{{sub.JobID, string(sub.Status), fmt.Sprint(sub.Replayed), sub.Key}})
+	c.show(sub, submissionHeader, submissionRow(sub.JobID, sub.Status, sub.Replayed, sub.Key))
 	return exitOK
 }
 
 func (c *jobsCmd) wait(args []string) int {
 	timeout := c.fs.Duration("timeout", 0, "give up after this long (exit 4); 0 waits until the job ends")
-	pos, ok := c.parse(args, 1)
-	if !ok {
-		return exitUsage
-	}
-	cl, ok := c.client()
+	pos, cl, _, ok := c.setup(args, 1, nil)
 	if !ok {
 		return exitUsage
 	}
@@ -479,14 +466,7 @@ func (c *jobsCmd) wait(args []string) int {
 func (c *jobsCmd) process(args []string) int {
 	file := c.fs.String("file", "", "read records from this file instead of standard input")
 	key := c.fs.String("key", "", "idempotency key; generated when empty")
-	if _, ok := c.parse(args, 0); !ok {
-		return exitUsage
-	}
-	cl, ok := c.client()
-	if !ok {
-		return exitUsage
-	}
-	body, ok := c.readBody(*file)
+	_, cl, body, ok := c.setup(args, 0, file)
 	if !ok {
 		return exitUsage
 	}
@@ -496,15 +476,13 @@ func (c *jobsCmd) process(args []string) int {
 	if err != nil {
 		return c.fail(err)
 	}
-	if c.output == "json" {
-		c.json(res)
-		return exitOK
-	}
 	rows := make([][]string, 0, len(res.Processed))
 	for _, id := range res.Processed {
 		rows = append(rows, []string{id})
 	}
-	c.table("PROCESSED", rows)
-	fmt.Fprintf(c.out, "key %s replayed %v\n", res.Key, res.Replayed)
+	c.show(res, "PROCESSED", rows...)
+	if c.output == "table" {
+		fmt.Fprintf(c.out, "key %s replayed %v\n", res.Key, res.Replayed)
+	}
 	return exitOK
 }

@@ -1,12 +1,10 @@
 package main_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,55 +32,18 @@ func startDevForCLI(t *testing.T, extra ...string) *devCLI {
 	t.Helper()
 	_, url := pgtest.NewDatabase(t)
 	d := &devCLI{bin: buildEtlctl(t), env: map[string]string{}}
-	cmd := exec.Command(d.bin, "dev")
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "NATS_URL=") && !strings.HasPrefix(kv, "MIGHTYETL_") {
-			env = append(env, kv)
+	dev := startDev(t, d.bin, url, extra...)
+	dev.readUntil(t, func(l string) bool {
+		switch {
+		case strings.HasPrefix(l, "export MIGHTYETL_API_URL="):
+			d.exportLine = l
+		case strings.Contains(l, "jobs submit"):
+			d.submitLine = l
+		case strings.Contains(l, "jobs wait"):
+			d.waitLine = l
 		}
-	}
-	cmd.Env = append(append(env, "DATABASE_URL="+url, "MIGHTYETL_HTTP_ADDR=127.0.0.1:0", "MIGHTYETL_METRICS_ADDR=127.0.0.1:0"), extra...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = io.Discard
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-	})
-	lines := make(chan string, 32)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	deadline := time.After(90 * time.Second)
-	for d.waitLine == "" {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatal("dev exited before printing the CLI lines")
-			}
-			switch {
-			case strings.HasPrefix(l, "export MIGHTYETL_API_URL="):
-				d.exportLine = l
-			case strings.Contains(l, "jobs submit"):
-				d.submitLine = l
-			case strings.Contains(l, "jobs wait"):
-				d.waitLine = l
-			}
-		case <-deadline:
-			t.Fatal("no CLI lines within 90s")
-		}
-	}
+		return d.waitLine != ""
+	}, "dev exited before printing the CLI lines", "no CLI lines within 90s")
 	for _, kv := range strings.Fields(strings.TrimPrefix(d.exportLine, "export ")) {
 		k, v, _ := strings.Cut(kv, "=")
 		d.env[k] = v
