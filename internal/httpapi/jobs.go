@@ -100,14 +100,15 @@ func (a *api) submit(kind string) apiHandler {
 			writeProblem(w, r, intake.CodeOf(err))
 			return
 		}
-		writeAccepted(w, res.Job, res.Replayed)
+		writeAccepted(w, jobsPath, res.Job, res.Replayed)
 	}
 }
 
 // writeAccepted answers 202 for a new (replayed false) or replayed job of
-// a submission or a replay: Location, Idempotency-Replayed and the submit body.
-func writeAccepted(w http.ResponseWriter, job pg.Job, replayed bool) {
-	loc := jobsPath + "/" + job.JobID.String()
+// a submission or a replay: Location (base/{id}), Idempotency-Replayed and
+// the submit body.
+func writeAccepted(w http.ResponseWriter, base string, job pg.Job, replayed bool) {
+	loc := base + "/" + job.JobID.String()
 	h := w.Header()
 	h.Set("Location", loc)
 	h.Set("Idempotency-Replayed", replayedHeader(replayed))
@@ -304,17 +305,7 @@ func (a *api) cancel(w http.ResponseWriter, r *http.Request, principal string) {
 // source's digest. 202 with Location and Idempotency-Replayed, shaped like
 // submit, for new and replayed replays alike.
 func (a *api) replay(w http.ResponseWriter, r *http.Request, principal string) {
-	id, ok := parseJobID(r.PathValue("id"))
-	if !ok {
-		writeProblem(w, r, intake.CodeJobNotFound)
-		return
-	}
-	key, _, ok := parseIdempotencyKey(r.Header)
-	if !ok {
-		writeProblem(w, r, intake.CodeReplayKeyRequired)
-		return
-	}
-	body, release, ok := a.readBody(w, r)
+	id, key, body, release, ok := a.readReplay(w, r)
 	defer release()
 	if !ok {
 		return
@@ -326,7 +317,24 @@ func (a *api) replay(w http.ResponseWriter, r *http.Request, principal string) {
 		writeProblem(w, r, intake.CodeOf(err))
 		return
 	}
-	writeAccepted(w, res.Job, res.Replayed)
+	writeAccepted(w, jobsPath, res.Job, res.Replayed)
+}
+
+// readReplay reads a replay request, the owner's or an operator's: the job
+// id from the path (404), then the required Idempotency-Key (400), then the
+// body (413). When ok is false the problem is written. release is never nil;
+// call it when done with body.
+func (a *api) readReplay(w http.ResponseWriter, r *http.Request) (id uuid.UUID, key string, body []byte, release func(), ok bool) {
+	if id, ok = parseJobID(r.PathValue("id")); !ok {
+		writeProblem(w, r, intake.CodeJobNotFound)
+		return uuid.Nil, "", nil, func() {}, false
+	}
+	if key, _, ok = parseIdempotencyKey(r.Header); !ok {
+		writeProblem(w, r, intake.CodeReplayKeyRequired)
+		return uuid.Nil, "", nil, func() {}, false
+	}
+	body, release, ok = a.readBody(w, r)
+	return id, key, body, release, ok
 }
 
 // process serves POST /api/etl/process: 200 text/plain "Processed: <id>"

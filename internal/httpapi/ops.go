@@ -211,17 +211,7 @@ func (a *api) opsWorkers(w http.ResponseWriter, r *http.Request, _ console.Opera
 // then key 400, then size 413, then the use case). 202 with Location and
 // statusUrl on the operator's view of the new job, and Idempotency-Replayed.
 func (a *api) opsReplay(w http.ResponseWriter, r *http.Request, op console.Operator) {
-	id, ok := parseJobID(r.PathValue("id"))
-	if !ok {
-		writeProblem(w, r, intake.CodeJobNotFound)
-		return
-	}
-	key, _, ok := parseIdempotencyKey(r.Header)
-	if !ok {
-		writeProblem(w, r, intake.CodeReplayKeyRequired)
-		return
-	}
-	body, release, ok := a.readBody(w, r)
+	id, key, body, release, ok := a.readReplay(w, r)
 	defer release()
 	if !ok {
 		return
@@ -231,10 +221,7 @@ func (a *api) opsReplay(w http.ResponseWriter, r *http.Request, op console.Opera
 		writeProblem(w, r, intake.CodeOf(err))
 		return
 	}
-	loc := "/api/ops/jobs/" + res.Job.JobID.String()
-	w.Header().Set("Location", loc)
-	w.Header().Set("Idempotency-Replayed", replayedHeader(res.Replayed))
-	writeJSON(w, http.StatusAccepted, submitResponse{JobRecordID: res.Job.JobID.String(), JobStatus: res.Job.Status, StatusURL: loc})
+	writeAccepted(w, "/api/ops/jobs", res.Job, res.Replayed)
 }
 
 // registerConsole mounts /console/ and /api/ops/ on mux.
