@@ -159,6 +159,25 @@ func (h *pageHandler) dbError(w http.ResponseWriter, r *http.Request) {
 	h.error(w, r, http.StatusServiceUnavailable, "Unavailable", "The database did not answer; reload to retry.")
 }
 
+func (h *pageHandler) notFound(w http.ResponseWriter, r *http.Request) {
+	h.error(w, r, http.StatusNotFound, "Not found", "No such job.")
+}
+
+// pathJobID is the job id of the path; a malformed one is answered 404.
+func (h *pageHandler) pathJobID(w http.ResponseWriter, r *http.Request) (uuid.UUID, bool) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		h.notFound(w, r)
+		return uuid.Nil, false
+	}
+	return id, true
+}
+
+// redirectToJob sends the browser to the job's page, showing notice.
+func redirectToJob(w http.ResponseWriter, r *http.Request, id uuid.UUID, notice string) {
+	http.Redirect(w, r, "/console/jobs/"+id.String()+"?notice="+url.QueryEscape(notice), http.StatusSeeOther)
+}
+
 func (h *pageHandler) overview(w http.ResponseWriter, r *http.Request) {
 	o, err := h.c.Overview(r.Context())
 	if err != nil {
@@ -217,14 +236,13 @@ func (h *pageHandler) jobs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *pageHandler) job(w http.ResponseWriter, r *http.Request) {
-	id, err := uuid.Parse(r.PathValue("id"))
-	if err != nil {
-		h.error(w, r, http.StatusNotFound, "Not found", "No such job.")
+	id, ok := h.pathJobID(w, r)
+	if !ok {
 		return
 	}
 	d, err := h.c.Detail(r.Context(), id)
 	if errors.Is(err, pg.ErrNotFound) {
-		h.error(w, r, http.StatusNotFound, "Not found", "No such job.")
+		h.notFound(w, r)
 		return
 	}
 	if err != nil {
@@ -294,14 +312,13 @@ func (h *pageHandler) cancel(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id, err := uuid.Parse(r.PathValue("id"))
-	if err != nil {
-		h.error(w, r, http.StatusNotFound, "Not found", "No such job.")
+	id, ok := h.pathJobID(w, r)
+	if !ok {
 		return
 	}
 	res, err := h.c.Cancel(r.Context(), op, id)
 	if errors.Is(err, pg.ErrNotFound) {
-		h.error(w, r, http.StatusNotFound, "Not found", "No such job.")
+		h.notFound(w, r)
 		return
 	}
 	if err != nil {
@@ -312,7 +329,7 @@ func (h *pageHandler) cancel(w http.ResponseWriter, r *http.Request) {
 	if !res.Cancelled {
 		notice = "Not cancelled: the job is " + res.Status + "."
 	}
-	http.Redirect(w, r, "/console/jobs/"+id.String()+"?notice="+url.QueryEscape(notice), http.StatusSeeOther)
+	redirectToJob(w, r, id, notice)
 }
 
 // replay serves the replay form of a FAILED or CANCELLED job's detail
@@ -328,9 +345,8 @@ func (h *pageHandler) replay(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id, err := uuid.Parse(r.PathValue("id"))
-	if err != nil {
-		h.error(w, r, http.StatusNotFound, "Not found", "No such job.")
+	id, ok := h.pathJobID(w, r)
+	if !ok {
 		return
 	}
 	if r.PostForm.Get("confirm") != "yes" {
@@ -360,7 +376,7 @@ func (h *pageHandler) replay(w http.ResponseWriter, r *http.Request) {
 	if res.Replayed {
 		notice = "This form already replayed job " + id.String() + "; this is that replay."
 	}
-	http.Redirect(w, r, "/console/jobs/"+res.Job.JobID.String()+"?notice="+url.QueryEscape(notice), http.StatusSeeOther)
+	redirectToJob(w, r, res.Job.JobID, notice)
 }
 
 // replayRefusal is the status and message of a refused replay, or 0 for a
