@@ -3,10 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"net"
-	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/mightyetl/mightyetl/internal/testio"
 )
 
 // redactLeakMarker is part of every password and token configured below.
@@ -18,14 +18,7 @@ const redactLeakMarker = "s3cr3t"
 // error printed when the real connection attempt fails (closed port,
 // unparseable settings) show host, port, user and database but no secret.
 func TestStartupOutputHidesDatabaseAndNATSSecrets(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
+	port := testio.ClosedPort(t)
 	kv := "host=127.0.0.1 port=" + port + " user=postgres dbname=mightyetl sslmode=disable"
 	u := "postgres://postgres@127.0.0.1:" + port + "/mightyetl?sslmode=disable"
 	cases := []struct{ name, db, nats string }{

@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -12,7 +11,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,28 +18,11 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/mightyetl/mightyetl/internal/natstest"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
+	"github.com/mightyetl/mightyetl/internal/testio"
 )
 
 // leakMarker is part of every password and token the tests below configure.
 const leakMarker = "s3cr3t"
-
-// syncBuffer collects a child process's output while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // runWorkerUntil runs the worker binary with env until its output contains
 // want or it exits, and returns the output (stdout and stderr) and the exit
@@ -50,7 +31,7 @@ func runWorkerUntil(t *testing.T, env []string, want string) (string, int) {
 	t.Helper()
 	cmd := exec.Command(workerBinary(t))
 	cmd.Env = append(os.Environ(), env...)
-	var out syncBuffer
+	var out testio.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -77,19 +58,6 @@ func runWorkerUntil(t *testing.T, env []string, want string) (string, int) {
 			}
 		}
 	}
-}
-
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return port
 }
 
 // databaseForms writes the same settings in every accepted form that can
@@ -201,7 +169,7 @@ func TestStartupOutputHidesDatabaseAndNATSSecrets(t *testing.T) {
 	})
 
 	t.Run("connection fails", func(t *testing.T) {
-		forms := databaseForms("127.0.0.1", closedPort(t), "postgres", password, "mightyetl")
+		forms := databaseForms("127.0.0.1", testio.ClosedPort(t), "postgres", password, "mightyetl")
 		forms["unparseable keyword/value"] = "host=127.0.0.1 port=abc user=postgres password = " + password
 		forms["unparseable url"] = "postgres://postgres:" + password + "@127.0.0.1:notaport/mightyetl"
 		for name, dsn := range forms {

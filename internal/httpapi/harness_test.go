@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
+	"github.com/mightyetl/mightyetl/internal/testio"
 	"github.com/mightyetl/mightyetl/internal/testwait"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
@@ -55,24 +54,6 @@ func (testAuth) Authenticate(r *http.Request) (string, error) {
 
 func (testAuth) Challenge() string { return `Test realm="mightyetl"` }
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // env is one API under test on a fresh database.
 type env struct {
 	t    testing.TB
@@ -81,7 +62,7 @@ type env struct {
 	svc  *intake.Service
 	srv  *httptest.Server
 	reg  *prometheus.Registry
-	logs *syncBuffer
+	logs *testio.SyncBuffer
 	opts Options
 }
 
@@ -97,7 +78,7 @@ func newEnv(t testing.TB, options ...envOption) *env {
 
 func newEnvOn(t testing.TB, pool *pgxpool.Pool, url string, options ...envOption) *env {
 	t.Helper()
-	e := &env{t: t, pool: pool, url: url, reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
+	e := &env{t: t, pool: pool, url: url, reg: prometheus.NewRegistry(), logs: &testio.SyncBuffer{}}
 	m := metrics.NewIntake(e.reg)
 	so := intake.Options{DB: pool, PrincipalHashKey: testHashKey, MaxBatchRecords: 1000, Metrics: m}
 	o := Options{

@@ -3,13 +3,12 @@ package pg_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/testio"
 )
 
 // leakMarker is part of every password in databaseForms.
@@ -61,27 +60,13 @@ func TestRedactURLHidesEveryPasswordForm(t *testing.T) {
 	}
 }
 
-// closedPort returns a local TCP port nothing listens on.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return strconv.Itoa(port)
-}
-
 // TestFailedConnectionMessagesHideThePassword makes real connection attempts
 // (to a closed port, and with unparseable settings) and checks the line a
 // binary prints at start-up: RedactURL plus RedactError of NewPool's and
 // EnsureDatabase's errors.
 func TestFailedConnectionMessagesHideThePassword(t *testing.T) {
 	t.Setenv("PGCONNECT_TIMEOUT", "")
-	forms := append(databaseForms(closedPort(t)), unparseableForms...)
+	forms := append(databaseForms(testio.ClosedPort(t)), unparseableForms...)
 	for _, f := range forms {
 		t.Run(f.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
