@@ -300,26 +300,23 @@ func TestAllFollowsCursorsOverManyPages(t *testing.T) {
 	if len(want) != 0 || len(got) != 23 {
 		t.Fatalf("missing %d jobs, got %d", len(want), len(got))
 	}
-	lists := 0
-	for _, r := range rt.requests() {
-		if strings.HasPrefix(r, "GET /api/etl/jobs?") {
-			lists++
+	pageRequests := func() int {
+		n := 0
+		for _, r := range rt.requests() {
+			if strings.HasPrefix(r, "GET /api/etl/jobs?") {
+				n++
+			}
 		}
+		return n
 	}
-	if lists != 6 {
+	if lists := pageRequests(); lists != 6 {
 		t.Fatalf("%d page requests, want 6", lists)
 	}
 	// Breaking out of the loop stops fetching.
 	for range c.All(ctx, client.ListOptions{Limit: 4}) {
 		break
 	}
-	n := 0
-	for _, r := range rt.requests() {
-		if strings.HasPrefix(r, "GET /api/etl/jobs?") {
-			n++
-		}
-	}
-	if n != 7 {
+	if n := pageRequests(); n != 7 {
 		t.Fatalf("%d page requests after an early break, want 7", n)
 	}
 }

@@ -175,33 +175,43 @@ func holdSlots(t *testing.T, b *Basic, addrs []string) (release func(), wait fun
 	return func() { once.Do(func() { close(hold) }) }, wg.Wait
 }
 
+// holdAllSlots holds every hash slot of b, each from its own address (see
+// holdSlots).
+func holdAllSlots(t *testing.T, b *Basic) (release func(), wait func()) {
+	t.Helper()
+	var holders []string
+	for i := range b.gate.slots {
+		holders = append(holders, fmt.Sprintf("203.0.113.%d:1000", i))
+	}
+	return holdSlots(t, b, holders)
+}
+
+// authenticateAlice sends alice's correct password from addr in a goroutine
+// and sends the error Authenticate returns to errs.
+func authenticateAlice(b *Basic, addr string, errs chan<- error) {
+	go func() {
+		_, err := b.Authenticate(requestFrom(addr, "alice", "wonderland"))
+		errs <- err
+	}()
+}
+
 // The wait for a slot is bounded: past MaxHashWaiters a request is refused
 // at once with ErrOverloaded and a Retry-After, and a request that waited
 // MaxHashWait gets the same.
 func TestBasicHashWaitIsBounded(t *testing.T) {
 	t.Run("waiters", func(t *testing.T) {
 		b, _, _ := newTestBasic(t, BasicOptions{FailureBurst: -1, MaxHashWait: time.Hour, MaxHashWaiters: 3}, credLine(t, "alice", "wonderland"))
-		var holders []string
-		for i := range b.gate.slots {
-			holders = append(holders, fmt.Sprintf("203.0.113.%d:1000", i))
-		}
-		release, wait := holdSlots(t, b, holders)
+		release, wait := holdAllSlots(t, b)
 		defer wait()
 		defer release()
 
 		waiters := make(chan error, 3)
 		for i := range 3 {
-			go func() {
-				_, err := b.Authenticate(requestFrom(fmt.Sprintf("192.0.2.%d:2000", i), "alice", "wonderland"))
-				waiters <- err
-			}()
+			authenticateAlice(b, fmt.Sprintf("192.0.2.%d:2000", i), waiters)
 		}
 		waitUntil(t, "three requests waiting", func() bool { _, w := b.gate.stats(); return w == 3 })
 		over := make(chan error, 1)
-		go func() {
-			_, err := b.Authenticate(requestFrom("192.0.2.99:2000", "alice", "wonderland"))
-			over <- err
-		}()
+		authenticateAlice(b, "192.0.2.99:2000", over)
 		if err, ok := receive(t, over, "request beyond MaxHashWaiters refused while the slots are held"); ok {
 			checkThrottled(t, err, ErrOverloaded)
 		}
@@ -214,18 +224,11 @@ func TestBasicHashWaitIsBounded(t *testing.T) {
 	})
 	t.Run("time", func(t *testing.T) {
 		b, _, _ := newTestBasic(t, BasicOptions{FailureBurst: -1, MaxHashWait: time.Millisecond}, credLine(t, "alice", "wonderland"))
-		var holders []string
-		for i := range b.gate.slots {
-			holders = append(holders, fmt.Sprintf("203.0.113.%d:1000", i))
-		}
-		release, wait := holdSlots(t, b, holders)
+		release, wait := holdAllSlots(t, b)
 		defer wait()
 		defer release()
 		timedOut := make(chan error, 1)
-		go func() {
-			_, err := b.Authenticate(requestFrom("192.0.2.1:2000", "alice", "wonderland"))
-			timedOut <- err
-		}()
+		authenticateAlice(b, "192.0.2.1:2000", timedOut)
 		if err, ok := receive(t, timedOut, "request that waited MaxHashWait refused"); ok {
 			checkThrottled(t, err, ErrOverloaded)
 		}
