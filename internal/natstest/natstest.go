@@ -16,6 +16,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,6 +29,7 @@ import (
 
 var (
 	urlOnce sync.Once
+	urlMu   sync.Mutex // guards natsURL for the stream cleanup
 	natsURL string
 	urlErr  error
 )
@@ -40,7 +42,10 @@ const LocalURL = "nats://127.0.0.1:4222"
 func URL(t testing.TB) string {
 	t.Helper()
 	urlOnce.Do(func() {
-		natsURL, urlErr = resolveServer(os.Getenv("TEST_NATS_URL"), probeLocal, startContainer)
+		u, err := resolveServer(os.Getenv("TEST_NATS_URL"), probeLocal, startContainer)
+		urlMu.Lock()
+		natsURL, urlErr = u, err
+		urlMu.Unlock()
 	})
 	if urlErr != nil {
 		t.Fatalf("natstest: no NATS for tests (set TEST_NATS_URL, start nats-server -js on 127.0.0.1:4222 or a Docker engine): %v", urlErr)
@@ -109,12 +114,49 @@ func startContainer() (string, error) {
 }
 
 // Prefix returns a fresh subject prefix ("t" + 12 hex digits) so tests that
-// share a server never see each other's messages or streams.
+// share a server never see each other's messages or streams. When the test
+// ends, the streams of that prefix on the shared test server are deleted: a
+// stream reserves its MaxBytes of JetStream storage (the request stream 1 GiB
+// by default), so streams left behind by earlier runs would exhaust the
+// server's storage and fail later runs with "insufficient storage resources".
 func Prefix(t testing.TB) string {
 	t.Helper()
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
-	return "t" + hex.EncodeToString(b)
+	prefix := "t" + hex.EncodeToString(b)
+	t.Cleanup(func() { deleteStreams(prefix) })
+	return prefix
+}
+
+// deleteStreams deletes the streams of prefix ("<PREFIX>_*") on the shared
+// test server, when a test has resolved it. Best effort: a test that used a
+// private server, or a server already gone, leaves nothing to clean here.
+func deleteStreams(prefix string) {
+	urlMu.Lock()
+	url := natsURL
+	urlMu.Unlock()
+	if url == "" {
+		return
+	}
+	nc, err := nats.Connect(url, nats.Timeout(2*time.Second), nats.NoReconnect())
+	if err != nil {
+		return
+	}
+	defer nc.Close()
+	js, err := nc.JetStream(nats.MaxWait(5 * time.Second))
+	if err != nil {
+		return
+	}
+	name := strings.ToUpper(prefix) + "_"
+	var doomed []string
+	for n := range js.StreamNames() {
+		if strings.HasPrefix(n, name) {
+			doomed = append(doomed, n)
+		}
+	}
+	for _, n := range doomed {
+		_ = js.DeleteStream(n)
+	}
 }
 
 // Connect opens a connection to url that is closed when the test ends.
