@@ -1,0 +1,11 @@
+// Package deploy holds no code. Its tests check the deployment files shipped
+// beside it against the binaries they describe:
+//
+//   - every metric name the Grafana dashboard (grafana/mightyetl.json) and
+//     the Prometheus alert rules (prometheus/mightyetl.rules.yml) query is
+//     exported by a running intake or worker;
+//   - the dashboard's structure (a Prometheus datasource variable, no
+//     external links);
+//   - every alert's runbook_url names a file and a heading of
+//     docs/operations that exist.
+package deploy
