@@ -232,7 +232,8 @@ func families(t *testing.T, exposition []byte) map[string]string {
 
 // exported reports whether a queried series name is in fams: a family of
 // that name, or a histogram's _bucket, _sum or _count series, or a
-// summary's _sum or _count series.
+// summary's _sum or _count series, or (OpenMetrics, where a counter's family
+// name has no _total) a counter's _total series.
 func exported(fams map[string]string, name string) bool {
 	if _, ok := fams[name]; ok {
 		return true
@@ -241,6 +242,7 @@ func exported(fams map[string]string, name string) bool {
 		"_bucket": {"histogram"},
 		"_sum":    {"histogram", "summary"},
 		"_count":  {"histogram", "summary"},
+		"_total":  {"counter"},
 	} {
 		if base, ok := strings.CutSuffix(name, suffix); ok {
 			for _, typ := range types {
@@ -290,6 +292,22 @@ bare 3
 	} {
 		if got := exported(fams, name); got != want {
 			t.Errorf("exported(%q) = %v, want %v", name, got, want)
+		}
+	}
+	openMetrics := families(t, []byte(`# TYPE c counter
+c_total{outcome="a"} 1
+c_created{outcome="a"} 1.7e9
+# TYPE h_seconds histogram
+h_seconds_bucket{le="+Inf"} 1 # {trace_id="0af7651916cd43dd8448eb211c80319c"} 0.2
+h_seconds_sum 0.2
+h_seconds_count 1
+# EOF
+`))
+	for name, want := range map[string]bool{
+		"c_total": true, "c": true, "h_seconds_bucket": true, "h_seconds_total": false, "c_created": false,
+	} {
+		if got := exported(openMetrics, name); got != want {
+			t.Errorf("OpenMetrics: exported(%q) = %v, want %v", name, got, want)
 		}
 	}
 }

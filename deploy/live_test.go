@@ -84,33 +84,37 @@ func TestQueriedMetricsAreExported(t *testing.T) {
 
 	// The worker counts an outcome after its finish commits, and the relay
 	// publishes the lifecycle events after that: wait until nothing is
-	// missing, then report what still is.
-	var missing map[string][]string
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		fams := map[string]string{}
-		for _, u := range []string{intakeURL, workerURL} {
-			code, body := get(u + "/metrics")
-			if code != http.StatusOK {
-				t.Fatalf("GET %s/metrics: status %d", u, code)
+	// missing, then report what still is. Both expositions a Prometheus
+	// may negotiate are checked: the classic text format and OpenMetrics
+	// (which carries the exemplars).
+	for _, accept := range []string{"text/plain;version=0.0.4", "application/openmetrics-text;version=1.0.0"} {
+		var missing map[string][]string
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			fams := map[string]string{}
+			for _, u := range []string{intakeURL, workerURL} {
+				code, body := get(u+"/metrics", accept)
+				if code != http.StatusOK {
+					t.Fatalf("GET %s/metrics (Accept: %s): status %d", u, accept, code)
+				}
+				for name, typ := range families(t, body) {
+					fams[name] = typ
+				}
 			}
-			for name, typ := range families(t, body) {
-				fams[name] = typ
+			missing = missingNames(fams, qs)
+			if len(missing) == 0 || time.Now().After(deadline) {
+				break
 			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		missing = missingNames(fams, qs)
-		if len(missing) == 0 || time.Now().After(deadline) {
-			break
+		var names []string
+		for n := range missing {
+			names = append(names, n)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	var names []string
-	for n := range missing {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		t.Errorf("%s is queried but exported by neither the intake nor the worker; used in:\n\t%s", n, strings.Join(missing[n], "\n\t"))
+		slices.Sort(names)
+		for _, n := range names {
+			t.Errorf("%s is queried but exported by neither the intake nor the worker (Accept: %s); used in:\n\t%s", n, accept, strings.Join(missing[n], "\n\t"))
+		}
 	}
 }
 
@@ -183,10 +187,17 @@ func (p *process) alive(t *testing.T) {
 
 var httpClient = &http.Client{Timeout: 10 * time.Second}
 
-// get returns the status and body of GET url; status 0 when the request
-// failed.
-func get(url string) (int, []byte) {
-	res, err := httpClient.Get(url)
+// get returns the status and body of GET url with an optional Accept
+// header; status 0 when the request failed.
+func get(url string, accept ...string) (int, []byte) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, nil
+	}
+	for _, a := range accept {
+		req.Header.Add("Accept", a)
+	}
+	res, err := httpClient.Do(req)
 	if err != nil {
 		return 0, nil
 	}
