@@ -28,6 +28,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/mightyetl/mightyetl/internal/tracing"
 )
 
 // defaultDatabaseURL is the bench database; it is dropped and re-created.
@@ -87,6 +89,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	o.out = stdout
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// The in-process worker and intake trace exactly as the binaries do:
+	// only when OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_ENDPOINT) is set.
+	tcfg, shutdownTracing, err := tracing.Setup(ctx, "mightyetl-bench")
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 2
+	}
+	defer func() { _ = shutdownTracing(context.WithoutCancel(ctx)) }()
+	if tcfg.Enabled {
+		fmt.Fprintf(stderr, "bench: tracing on (%s)\n", tcfg.Protocol)
+	}
 	if o.CPUProfile != "" {
 		f, err := os.Create(o.CPUProfile)
 		if err != nil {

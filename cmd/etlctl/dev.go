@@ -21,6 +21,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/httpapi"
 	"github.com/mightyetl/mightyetl/internal/natsbridge"
 	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/tracing"
 	"github.com/mightyetl/mightyetl/internal/worker"
 )
 
@@ -40,6 +41,17 @@ func runDev(args []string) int {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "dev")
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+
+	// Tracing is on only when an OTLP endpoint is set (OTEL_* variables).
+	tcfg, shutdownTracing, err := tracing.Setup(ctx, "mightyetl-dev")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "etlctl dev: invalid configuration: %v\n", err)
+		return 2
+	}
+	defer func() { _ = shutdownTracing(context.WithoutCancel(ctx)) }() // best-effort flush at exit
+	if tcfg.Enabled {
+		log.Info("tracing on", "protocol", tcfg.Protocol)
+	}
 
 	dir, err := os.MkdirTemp("", "mightyetl-dev-")
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/httpapi"
 	"github.com/mightyetl/mightyetl/internal/natsbridge"
 	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/tracing"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -56,6 +57,17 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+
+	// Tracing is on only when an OTLP endpoint is set (OTEL_* variables).
+	tcfg, shutdownTracing, err := tracing.Setup(ctx, "mightyetl-intake")
+	if err != nil {
+		fmt.Fprintf(stderr, "intake: configuration: %v\n", err)
+		return 2
+	}
+	defer func() { _ = shutdownTracing(context.WithoutCancel(ctx)) }() // best-effort flush at exit
+	if tcfg.Enabled {
+		log.Info("tracing on", "protocol", tcfg.Protocol)
+	}
 
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/mightyetl/mightyetl/internal/config"
+	"github.com/mightyetl/mightyetl/internal/tracing"
 	"github.com/mightyetl/mightyetl/internal/worker"
 )
 
@@ -39,6 +40,17 @@ func run() int {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "worker")
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+
+	// Tracing is on only when an OTLP endpoint is set (OTEL_* variables).
+	tcfg, shutdownTracing, err := tracing.Setup(ctx, "mightyetl-worker")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "worker: invalid configuration: %v\n", err)
+		return 2
+	}
+	defer func() { _ = shutdownTracing(context.WithoutCancel(ctx)) }() // best-effort flush at exit
+	if tcfg.Enabled {
+		log.Info("tracing on", "protocol", tcfg.Protocol)
+	}
 
 	p, err := worker.NewProcess(ctx, cfg, loader.Provenance(), true, log)
 	if err != nil {

@@ -185,7 +185,8 @@ GRANT SELECT (job_record_id, job_kind, principal_scope_hash, submission_key_hash
     ON TABLE etl_job_records TO mightyetl_intake_role;
 GRANT INSERT (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
               request_digest, request_payload, max_attempts,
-              replay_source_job_record_id, replay_root_job_record_id, replay_generation_count)
+              replay_source_job_record_id, replay_root_job_record_id, replay_generation_count,
+              submit_traceparent)
     ON TABLE etl_job_records TO mightyetl_intake_role;
 GRANT UPDATE (principal_scope_hash) ON TABLE etl_job_records TO mightyetl_intake_role;
 GRANT EXECUTE ON FUNCTION etl_cancel_job(uuid, text, text) TO mightyetl_intake_role;

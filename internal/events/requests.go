@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mightyetl/mightyetl/internal/metrics"
+	"github.com/mightyetl/mightyetl/internal/tracing"
 )
 
 // ReplyToHeader names the inbox a producer wants the outcome of its request
@@ -454,6 +455,16 @@ func (c *RequestConsumer) handle(ctx context.Context, msg jetstream.Msg) {
 		code  string
 		err   error
 	)
+	// The span continues a traceparent the producer put in the headers.
+	hctx, span := tracing.StartConsumer(hctx, "nats.request.consume", msg.Headers())
+	defer func() {
+		if code != "" {
+			tracing.Fail(span, code) // a finite rejection or errorCode
+		} else if err != nil {
+			tracing.Fail(span, "")
+		}
+		span.End()
+	}()
 	delivered := uint64(1)
 	if md, merr := msg.Metadata(); merr == nil {
 		delivered = md.NumDelivered

@@ -31,7 +31,11 @@ func Register(mux *http.ServeMux, pool *pgxpool.Pool, gatherer prometheus.Gather
 		}
 		write(w, http.StatusOK, "ready")
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{
+		// OpenMetrics when the scraper asks for it: the only exposition that
+		// carries the trace-id exemplars of the latency histograms.
+		EnableOpenMetrics: true,
+	}))
 }
 
 // NotReady checks the database and the schema version and returns a fixed

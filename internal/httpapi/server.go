@@ -17,6 +17,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/health"
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/metrics"
+	"github.com/mightyetl/mightyetl/internal/tracing"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -168,7 +169,12 @@ func NewHandler(opts Options) (http.Handler, error) {
 	}
 	route("/api/", func(w http.ResponseWriter, r *http.Request, _ string) { writeProblem(w, r, codeRouteNotFound) })
 	health.Register(mux, opts.Pool, opts.Gatherer)
-	return a.instrument(a.recoverPanics(mux)), nil
+	// The server span (when tracing is on) is named by the route template,
+	// never the raw path, which holds job ids.
+	return tracing.HTTPHandler(a.instrument(a.recoverPanics(mux)), func(r *http.Request) string {
+		_, pattern := mux.Handler(r)
+		return pattern
+	}), nil
 }
 
 // Server serves the HTTP API on one listener. Start and Stop follow the

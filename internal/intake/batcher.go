@@ -22,6 +22,8 @@ type submission struct {
 	done chan struct{} // closed when res/err are set
 	res  pg.Inserted
 	err  error
+	// groupSize is how many submissions shared the insert (set with res).
+	groupSize int
 }
 
 // batcher is the group commit of submissions. Every transaction that
@@ -239,6 +241,7 @@ func (b *batcher) flush(ctx context.Context, batch []*submission) {
 			s.res.Created = false
 		}
 		handed[slot[i]] = true
+		s.groupSize = len(batch)
 		close(s.done)
 	}
 }

@@ -2,10 +2,12 @@ package intake
 
 import (
 	"context"
+	"errors"
 
 	"github.com/mightyetl/mightyetl/internal/etl"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/tracing"
 )
 
 // SubmitRequest is one durable-job submission.
@@ -47,14 +49,26 @@ type SubmitResult struct {
 // etl_target_unavailable error, yet the job may have been created; a retry
 // replays it.
 func (s *Service) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, error) {
+	ctx, span := tracing.Start(ctx, "intake.submit")
+	defer span.End()
 	res, err := s.submit(ctx, req)
+	outcome := metrics.SubmissionAccepted
 	switch {
 	case err != nil:
-		s.count(metrics.SubmissionRejected)
+		outcome = metrics.SubmissionRejected
 	case res.Replayed:
-		s.count(metrics.SubmissionReplayed)
-	default:
-		s.count(metrics.SubmissionAccepted)
+		outcome = metrics.SubmissionReplayed
+	}
+	s.count(outcome)
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrOutcome.String(outcome))
+		if res.Job.Kind != "" {
+			span.SetAttributes(tracing.AttrJobKind.String(res.Job.Kind))
+		}
+		var ie *Error
+		if errors.As(err, &ie) {
+			tracing.Fail(span, ie.Code)
+		}
 	}
 	return res, err
 }
@@ -90,10 +104,17 @@ func (s *Service) submit(ctx context.Context, req SubmitRequest) (SubmitResult, 
 			RequestDigest:      digest,
 			Payload:            string(req.Body),
 			MaxAttempts:        s.maxAttempts,
+			// The intake.submit span's context, when tracing is on and
+			// sampled: the execution links to it.
+			SubmitTraceparent: tracing.Traceparent(ctx),
 		},
 		done: make(chan struct{}),
 	}
-	if err := s.batcher.submit(ctx, sub); err != nil {
+	// The group-commit wait: queueing for a batch plus its transaction.
+	wctx, wspan := tracing.Start(ctx, "intake.group_commit")
+	err = s.batcher.submit(wctx, sub)
+	tracing.EndBatch(wspan, sub.groupSize, err)
+	if err != nil {
 		return SubmitResult{}, storeError(err)
 	}
 	if sub.res.Created {

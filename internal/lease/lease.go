@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/tracing"
 )
 
 // ErrLost reports that a fenced write affected zero rows: the lease expired,
@@ -44,6 +45,9 @@ type Claim struct {
 	// PickupDelay is how long the job was claimable before this claim, by the
 	// database clock (available_at, or the expiry of the previous lease).
 	PickupDelay time.Duration
+	// SubmitTraceparent is the W3C traceparent the submit stored
+	// (submit_traceparent), empty when it was not traced.
+	SubmitTraceparent string
 }
 
 // ClaimParams are the inputs of Claim.
@@ -158,20 +162,20 @@ WITH candidates AS (
       AND NOT (j.job_status = 'RUNNING' AND j.attempt_count >= j.max_attempts)
     RETURNING j.job_record_id, j.job_kind, j.lease_claim_id, j.lease_fencing_token,
               j.lease_expires_at, j.attempt_count, j.max_attempts,
-              j.request_payload, j.request_digest
+              j.request_payload, j.request_digest, j.submit_traceparent
 ), requeued AS (
     UPDATE etl_job_claim_queue q
     SET claimable_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
     WHERE q.job_record_id = ANY(ARRAY(SELECT job_record_id FROM claimed))
 )
 SELECT 1, job_record_id, job_kind, lease_claim_id, lease_fencing_token, lease_expires_at,
-       attempt_count, max_attempts, request_payload, request_digest, NULL::bigint
+       attempt_count, max_attempts, request_payload, request_digest, NULL::bigint, submit_traceparent
 FROM claimed
 UNION ALL
-SELECT 2, job_record_id, NULL, NULL, NULL, NULL, attempt_count, NULL, NULL, NULL, NULL
+SELECT 2, job_record_id, NULL, NULL, NULL, NULL, attempt_count, NULL, NULL, NULL, NULL, NULL
 FROM exhausted
 UNION ALL
-SELECT 3, job_record_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, pickup_micros
+SELECT 3, job_record_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, pickup_micros, NULL
 FROM candidates`
 
 // ClaimJobs claims up to p.Limit eligible jobs for p.OwnerID in one statement:
@@ -204,9 +208,10 @@ func ClaimJobs(ctx context.Context, db pg.DBTX, p ClaimParams) (ClaimResult, err
 			payload      *string
 			digest       *string
 			pickupMicros *int64
+			traceparent  *string
 		)
 		if err := rows.Scan(&rowKind, &c.JobID, &kind, &claimID, &token, &expires,
-			&attempt, &maxAttempts, &payload, &digest, &pickupMicros); err != nil {
+			&attempt, &maxAttempts, &payload, &digest, &pickupMicros, &traceparent); err != nil {
 			return ClaimResult{}, fmt.Errorf("claim jobs: scan: %w", err)
 		}
 		switch rowKind {
@@ -214,6 +219,9 @@ func ClaimJobs(ctx context.Context, db pg.DBTX, p ClaimParams) (ClaimResult, err
 			c.OwnerID = p.OwnerID
 			c.Kind, c.ClaimID, c.FencingToken, c.ExpiresAt = *kind, *claimID, *token, *expires
 			c.Attempt, c.MaxAttempts, c.Payload, c.RequestDigest = *attempt, *maxAttempts, *payload, *digest
+			if traceparent != nil {
+				c.SubmitTraceparent = *traceparent
+			}
 			res.Claimed = append(res.Claimed, c)
 		case 2:
 			res.Exhausted++
@@ -615,4 +623,14 @@ func InspectLost(ctx context.Context, db pg.DBTX, jobID uuid.UUID) (LostState, e
 		st.SinceCancelled = time.Duration(*micros) * time.Microsecond
 	}
 	return st, nil
+}
+
+// Statement names for database spans (never the SQL text).
+func init() {
+	tracing.RegisterStatement("lease.claim", claimSQL)
+	tracing.RegisterStatement("lease.renew", renewSQL)
+	tracing.RegisterStatement("lease.succeed", succeedSQL)
+	tracing.RegisterStatement("lease.retry", retrySQL)
+	tracing.RegisterStatement("lease.fail", failSQL)
+	tracing.RegisterStatement("lease.release", releaseSQL)
 }

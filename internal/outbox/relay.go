@@ -19,6 +19,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/events"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/tracing"
 )
 
 // NotifyChannel is the channel the outbox trigger notifies at commit.
@@ -306,6 +307,8 @@ func (r *Relay) RunOnce(ctx context.Context) (published int, err error) {
 // runOnce is RunOnce that also reports whether a class filled its batch, so
 // the loop continues without waiting.
 func (r *Relay) runOnce(ctx context.Context) (published int, more bool, err error) {
+	ctx, span := tracing.Start(ctx, "outbox.publish")
+	defer func() { tracing.EndBatch(span, published, err) }()
 	connected := r.nc.Status() == nats.CONNECTED
 	var lifecycleErr error
 	err = pg.WithTx(ctx, r.pool, func(tx pgx.Tx) error {

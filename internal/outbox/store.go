@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/mightyetl/mightyetl/internal/tracing"
 
 	"github.com/mightyetl/mightyetl/internal/pg"
 )
@@ -213,4 +214,13 @@ func measureBacklog(ctx context.Context, db pg.TxBeginner) (rows int64, oldestSe
 		return 0, 0, fmt.Errorf("measure outbox backlog: %w", err)
 	}
 	return rows, oldestSeconds, nil
+}
+
+// Statement names for database spans (never the SQL text).
+func init() {
+	tracing.RegisterStatement("outbox.select_advisory", selectAdvisorySQL)
+	tracing.RegisterStatement("outbox.select_lifecycle", selectLifecycleSQL)
+	tracing.RegisterStatement("outbox.delete", deleteRowsSQL)
+	tracing.RegisterStatement("outbox.backlog", backlogSQL)
+	tracing.RegisterStatement("outbox.generic_plans", genericPlansSQL)
 }

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/mightyetl/mightyetl/internal/tracing"
 )
 
 // Job kinds.
@@ -39,6 +41,11 @@ type NewJob struct {
 	// Lineage, when not nil, makes the job a replay (see ReplayJob); nil
 	// inserts a job without lineage.
 	Lineage *Lineage
+	// SubmitTraceparent is the W3C traceparent of the span that stored the
+	// job (submit_traceparent, migration 00012), empty when tracing is off
+	// or unsampled. When no job of an insert has one, the statement does not
+	// mention the column at all.
+	SubmitTraceparent string
 }
 
 // Lineage places a replay job in its chain: the job it replays (Source),
@@ -105,6 +112,15 @@ WITH ins AS (
 )
 SELECT ` + bareJobColumns + ` FROM ins`
 
+// insertTracedJobsSQL is insertJobsSQL that also stores submit_traceparent
+// ($11, NULL for a job without one). It runs only for a batch in which some
+// job has a trace context, so an untraced insert costs nothing extra.
+var insertTracedJobsSQL = strings.NewReplacer(
+	"replay_source_job_record_id, replay_root_job_record_id, replay_generation_count)\n    SELECT",
+	"replay_source_job_record_id, replay_root_job_record_id, replay_generation_count, submit_traceparent)\n    SELECT",
+	"$10::int[])", "$10::int[], $11::text[])",
+).Replace(insertJobsSQL)
+
 const existingJobsSQL = `
 SELECT j.principal_scope_hash, j.submission_key_hash, ` + jobColumns + `
 FROM etl_job_records j
@@ -162,6 +178,7 @@ func InsertJobs(ctx context.Context, db DBTX, jobs []NewJob) ([]Inserted, error)
 	attempts := make([]int32, n)
 	sources, roots := make([]pgtype.UUID, n), make([]pgtype.UUID, n)
 	generations := make([]pgtype.Int4, n)
+	var traceparents []pgtype.Text // nil unless some job has one
 	for i, j := range jobs {
 		if j.JobID == uuid.Nil {
 			id, err := uuid.NewV7()
@@ -177,8 +194,20 @@ func InsertJobs(ctx context.Context, db DBTX, jobs []NewJob) ([]Inserted, error)
 			roots[i] = pgtype.UUID{Bytes: l.RootJobID, Valid: true}
 			generations[i] = pgtype.Int4{Int32: int32(l.Generation), Valid: true}
 		}
+		if j.SubmitTraceparent != "" {
+			if traceparents == nil {
+				traceparents = make([]pgtype.Text, n)
+			}
+			traceparents[i] = pgtype.Text{String: j.SubmitTraceparent, Valid: true}
+		}
 	}
-	rows, err := db.Query(ctx, insertJobsSQL, ids, kinds, scopes, keys, digests, payloads, attempts, sources, roots, generations)
+	var rows pgx.Rows
+	var err error
+	if traceparents != nil {
+		rows, err = db.Query(ctx, insertTracedJobsSQL, ids, kinds, scopes, keys, digests, payloads, attempts, sources, roots, generations, traceparents)
+	} else {
+		rows, err = db.Query(ctx, insertJobsSQL, ids, kinds, scopes, keys, digests, payloads, attempts, sources, roots, generations)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("insert jobs: %w", err)
 	}
@@ -254,4 +283,12 @@ func GetJob(ctx context.Context, db DBTX, principalScopeHash string, jobID uuid.
 		return Job{}, fmt.Errorf("get job: %w", err)
 	}
 	return j, nil
+}
+
+// Statement names for database spans (never the SQL text).
+func init() {
+	tracing.RegisterStatement("jobs.insert", insertJobsSQL)
+	tracing.RegisterStatement("jobs.insert_traced", insertTracedJobsSQL)
+	tracing.RegisterStatement("jobs.existing", existingJobsSQL)
+	tracing.RegisterStatement("jobs.cancel", cancelSQL)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/mightyetl/mightyetl/internal/tracing"
 )
 
 // MaxReplayGeneration is the last generation of a replay chain
@@ -142,6 +143,9 @@ func ReplayJob(ctx context.Context, db TxBeginner, p ReplayParams) (ReplayOutcom
 			JobID: p.JobID, Kind: kind, PrincipalScopeHash: p.PrincipalScopeHash,
 			SubmissionKeyHash: p.ReplayKeyHash, RequestDigest: p.RequestDigest, Payload: p.Payload,
 			MaxAttempts: maxAttempts, Lineage: &lineage,
+			// The replay stores its own request's trace context (not the
+			// source's): its execution links to the replay request.
+			SubmitTraceparent: tracing.Traceparent(ctx),
 		}})
 		if err != nil {
 			// ErrConflictVanished (the job holding the key was deleted

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mightyetl/mightyetl/internal/tracing"
 )
 
 // PoolOptions sizes a connection pool. Zero values take the defaults noted.
@@ -64,6 +65,11 @@ func NewPool(ctx context.Context, url string, opts PoolOptions) (*pgxpool.Pool, 
 	}
 	if opts.IdleInTransactionTimeout > 0 {
 		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = ms(opts.IdleInTransactionTimeout)
+	}
+	if tracing.Enabled() {
+		// Statement spans named by statement, never by SQL text. Without
+		// tracing the pool has no tracer at all.
+		cfg.ConnConfig.Tracer = tracing.PGXTracer{}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/tracing"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // finishReq asks a completer to commit one successful job.
@@ -183,6 +185,7 @@ func (w *Worker) commitFinish(batch []*finishReq) error {
 	}
 	ctx, cancel := context.WithTimeout(w.lifeCtx, w.cfg.StatementTimeout)
 	defer cancel()
+	ctx, span := tracing.Start(ctx, "worker.finish", attribute.Int("group.size", len(batch)))
 	var won map[uuid.UUID]bool // by claim id: two claims of one job may share a group
 	err := pg.WithTx(ctx, w.exec, func(tx pgx.Tx) error {
 		winners, err := lease.Succeed(ctx, tx, w.cfg.OwnerID, refs)
@@ -207,6 +210,7 @@ func (w *Worker) commitFinish(batch []*finishReq) error {
 		}
 		return etl.LoadRows(ctx, tx, rows)
 	})
+	tracing.EndBatch(span, len(won), err)
 	if err != nil {
 		return err
 	}

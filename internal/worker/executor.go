@@ -9,6 +9,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/tracing"
 )
 
 // maxWriteBackoff caps the wait between tries of a fenced write that failed
@@ -20,6 +21,10 @@ func (w *Worker) execute(ctx context.Context, r *running) {
 	defer w.execWG.Done()
 	defer w.done(r)
 	c := &r.claim
+	// One span per execution, from claim to settled outcome. Claims are
+	// batched, so it is a root span, not the claim batch's child.
+	ctx, span := tracing.StartExecution(ctx, c.Kind, c.Attempt, c.SubmitTraceparent)
+	defer span.End()
 
 	out, herr := w.runHandler(ctx, c)
 	returned := time.Now()
@@ -55,9 +60,10 @@ func (w *Worker) execute(ctx context.Context, r *running) {
 	if outcome == metrics.OutcomeCancelled {
 		w.observeCancelToStop(r, returned)
 	}
+	tracing.SetOutcome(span, outcome)
 	if outcome != "" {
 		w.m.Outcomes.WithLabelValues(outcome).Inc()
-		w.m.ExecutionSeconds.WithLabelValues(outcome).Observe(time.Since(r.started).Seconds())
+		tracing.Observe(w.m.ExecutionSeconds.WithLabelValues(outcome), time.Since(r.started).Seconds(), span.SpanContext())
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/metrics"
+	"github.com/mightyetl/mightyetl/internal/tracing"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // renewer extends every live claim once per RenewInterval, on its own
@@ -87,7 +89,9 @@ func (w *Worker) renewClaims(pending []*running, retry bool) {
 		timeout := min(w.cfg.RenewInterval, time.Until(earliest)-w.guard())
 		ctx, cancel := context.WithTimeout(w.lifeCtx, max(timeout, 10*time.Millisecond))
 		sent := time.Now()
+		ctx, span := tracing.Start(ctx, "worker.renew", attribute.Int("batch.size", len(refs)), attribute.Int("attempt", attempt+1))
 		res, err := lease.Renew(ctx, w.renew, w.cfg.OwnerID, refs, w.cfg.LeaseDuration)
+		tracing.EndBatch(span, len(res), err)
 		cancel()
 		var wait time.Duration
 		if err == nil {

@@ -12,6 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/metrics"
+	"github.com/mightyetl/mightyetl/internal/tracing"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config tunes a Worker. Validate it with internal/config before use; New
@@ -408,9 +411,11 @@ func (w *Worker) runOnce(ctx context.Context) {
 		}
 		sent := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, w.cfg.StatementTimeout)
+		cctx, span := tracing.Start(cctx, "worker.claim", attribute.Int("batch.limit", free))
 		res, err := lease.ClaimJobs(cctx, w.exec, lease.ClaimParams{
 			OwnerID: w.cfg.OwnerID, Limit: free, LeaseDuration: w.cfg.LeaseDuration,
 		})
+		tracing.EndBatch(span, len(res.Claimed), err)
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -440,7 +445,12 @@ func (w *Worker) runOnce(ctx context.Context) {
 }
 
 func (w *Worker) launch(c lease.Claim, sent time.Time) {
-	w.m.PickupLatency.Observe(c.PickupDelay.Seconds())
+	// The exemplar is the submit's trace: a slow pickup leads to the job.
+	var submit trace.SpanContext
+	if c.SubmitTraceparent != "" {
+		submit, _ = tracing.ParseTraceparent(c.SubmitTraceparent)
+	}
+	tracing.Observe(w.m.PickupLatency, c.PickupDelay.Seconds(), submit)
 	ctx, cancel := context.WithCancelCause(w.lifeCtx)
 	r := &running{claim: c, localDeadline: sent.Add(w.cfg.LeaseDuration), cancel: cancel, started: time.Now()}
 	r.timer = time.AfterFunc(w.cfg.MaxJobDuration, func() { w.timeOut(r) })
