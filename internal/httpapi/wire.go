@@ -80,6 +80,10 @@ func NewServerFromConfig(cfg config.Intake, pools Pools, authn auth.Authenticato
 		return nil, nil, fmt.Errorf("httpapi: no request pool")
 	}
 	m := metrics.NewIntake(reg)
+	metrics.RegisterPools(reg, map[string]*pgxpool.Pool{"requests": pools.Requests, "health": pools.Health, "relay": pools.Relay})
+	if pools.Health != nil {
+		metrics.RegisterOldestPending(reg, pools.Health)
+	}
 	svc, err := intake.New(intake.Options{
 		DB:               pools.Requests,
 		PrincipalHashKey: []byte(cfg.PrincipalHashKey),

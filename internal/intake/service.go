@@ -238,6 +238,12 @@ func (s *Service) count(outcome string) {
 	}
 }
 
+func (s *Service) countRejection(code string) {
+	if s.metrics != nil {
+		s.metrics.Rejections.WithLabelValues(code).Inc()
+	}
+}
+
 func (s *Service) countCancel(outcome string) {
 	if s.metrics != nil {
 		s.metrics.Cancellations.WithLabelValues(outcome).Inc()

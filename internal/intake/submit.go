@@ -56,6 +56,7 @@ func (s *Service) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, 
 	switch {
 	case err != nil:
 		outcome = metrics.SubmissionRejected
+		s.countRejection(CodeOf(err))
 	case res.Replayed:
 		outcome = metrics.SubmissionReplayed
 	}

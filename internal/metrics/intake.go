@@ -39,6 +39,9 @@ type Intake struct {
 	// HandlerPanics counts HTTP handler panics recovered into a 500, by
 	// route template.
 	HandlerPanics *prometheus.CounterVec
+	// Rejections counts rejected submissions (HTTP and NATS) by their
+	// stable problem code, a finite set (contract.md).
+	Rejections *prometheus.CounterVec
 }
 
 // NewIntake creates the intake collectors and registers them on reg.
@@ -66,6 +69,10 @@ func NewIntake(reg prometheus.Registerer) *Intake {
 			Name: "mightyetl_http_handler_panics_total",
 			Help: "HTTP handler panics recovered into 500 etl_internal_error, by route template.",
 		}, []string{"route"}),
+		Rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mightyetl_submission_rejections_total",
+			Help: "Rejected job submissions (HTTP and NATS) by problem code.",
+		}, []string{"code"}),
 	}
 	for _, o := range []string{SubmissionAccepted, SubmissionReplayed, SubmissionRejected} {
 		m.Submissions.WithLabelValues(o)
@@ -73,6 +80,6 @@ func NewIntake(reg prometheus.Registerer) *Intake {
 	for _, o := range []string{CancellationCancelled, CancellationReplayed, CancellationConflict, CancellationNotFound} {
 		m.Cancellations.WithLabelValues(o)
 	}
-	reg.MustRegister(m.Submissions, m.Cancellations, m.RequestDuration, m.SubmitBatchSize, m.HandlerPanics)
+	reg.MustRegister(m.Submissions, m.Cancellations, m.RequestDuration, m.SubmitBatchSize, m.HandlerPanics, m.Rejections)
 	return m
 }

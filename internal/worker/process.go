@@ -62,6 +62,7 @@ func NewProcess(ctx context.Context, cfg config.Worker, provenance []config.Sett
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.NewWorker(reg)
+	metrics.RegisterPools(reg, map[string]*pgxpool.Pool{"exec": exec, "renew": renew})
 	m.ConfigInfo.WithLabelValues(config.Build, strconv.FormatInt(applied, 10), cfg.LeaseDuration.String(),
 		cfg.RenewInterval.String(), cfg.SafetyMargin.String(), strconv.Itoa(cfg.Concurrency),
 		cfg.PollInterval.String(), strconv.Itoa(cfg.MaxAttempts)).Set(1)

@@ -1,0 +1,35 @@
+package intake
+
+import (
+	"context"
+	"testing"
+
+	"github.com/mightyetl/mightyetl/internal/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// Rejected submissions are counted by their stable problem code (the
+// dashboard's "rejections by code" panel), accepted ones are not.
+func TestRejectionsAreCountedByCode(t *testing.T) {
+	m := metrics.NewIntake(prometheus.NewRegistry())
+	s, _ := newService(t, func(o *Options) { o.Metrics = m })
+	ctx := context.Background()
+	if _, err := s.Submit(ctx, SubmitRequest{Principal: "alice", IdempotencyKey: "key-rejected-00000001", Body: []byte(`{`)}); err == nil {
+		t.Fatal("invalid JSON accepted")
+	}
+	if _, err := s.Submit(ctx, SubmitRequest{Principal: "alice", IdempotencyKey: "short", Body: []byte(body)}); err == nil {
+		t.Fatal("short key accepted")
+	}
+	if _, err := s.Submit(ctx, SubmitRequest{Principal: "alice", IdempotencyKey: "key-accepted-00000001", Body: []byte(body)}); err != nil {
+		t.Fatal(err)
+	}
+	for code, want := range map[string]float64{"etl_invalid_json": 1, CodeInvalidIdempotencyKey: 1} {
+		if got := testutil.ToFloat64(m.Rejections.WithLabelValues(code)); got != want {
+			t.Errorf("rejections{code=%s} = %v, want %v", code, got, want)
+		}
+	}
+	if n := testutil.CollectAndCount(m.Rejections); n != 2 {
+		t.Errorf("%d rejection codes counted, want 2", n)
+	}
+}
