@@ -219,5 +219,8 @@ GRANT USAGE ON SEQUENCE processed_data_processed_data_id_seq TO mightyetl_intake
 ------------------------------------------------------------------------------
 GRANT SELECT, DELETE ON TABLE etl_outbox_events TO mightyetl_relay_role;
 GRANT UPDATE (outbox_event_id) ON TABLE etl_outbox_events TO mightyetl_relay_role;
+-- With tracing on, lifecycle events carry the job's submit traceparent
+-- (migration 00012): the relay reads that column by job id and no other.
+GRANT SELECT (job_record_id, submit_traceparent) ON TABLE etl_job_records TO mightyetl_relay_role;
 
 COMMIT;

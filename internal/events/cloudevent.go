@@ -31,6 +31,9 @@ type CloudEvent struct {
 	Time            time.Time     `json:"time"`            // when the state change committed (database clock), RFC 3339
 	DataContentType string        `json:"datacontenttype"` // always "application/json"
 	Data            LifecycleData `json:"data"`
+	// Traceparent is the CloudEvents distributed-tracing extension: the W3C
+	// traceparent of the job's submit, absent when it was not traced.
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // LifecycleData is the data of a lifecycle CloudEvent.
@@ -57,6 +60,10 @@ type Lifecycle struct {
 	AttemptCount int
 	Code         string // failure or cancellation code; empty when none
 	OccurredAt   time.Time
+	// Traceparent is the job's stored submit traceparent (W3C), empty when
+	// the submit was not traced; it becomes the CloudEvents
+	// distributed-tracing extension attribute.
+	Traceparent string
 }
 
 // EventID is the event's stable id: the outbox id in decimal for a plain
@@ -92,6 +99,7 @@ func NewCloudEvent(source string, e Lifecycle) CloudEvent {
 		Time:            e.OccurredAt.UTC(),
 		DataContentType: "application/json",
 		Data:            d,
+		Traceparent:     e.Traceparent,
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -334,7 +335,11 @@ func (r *Relay) runOnce(ctx context.Context) (published int, more bool, err erro
 		for _, a := range advisory {
 			done = append(done, a.id)
 		}
-		acked, discarded, ackedEvents, leftover, err := r.publishLifecycle(ctx, lifecycle, r.opts.BatchSize)
+		tps, err := lifecycleTraceparents(ctx, tx, lifecycle)
+		if err != nil {
+			return err
+		}
+		acked, discarded, ackedEvents, leftover, err := r.publishLifecycle(ctx, lifecycle, tps, r.opts.BatchSize)
 		lifecycleErr = err
 		published += ackedEvents
 		more = more || leftover
@@ -413,7 +418,7 @@ func (r *Relay) publishAdvisory(rows []row, connected bool) int {
 // batch and leftover is true. A malformed row (which no mightyETL statement
 // writes) is discarded and counted as dropped, so it cannot block the outbox
 // forever.
-func (r *Relay) publishLifecycle(ctx context.Context, rows []row, maxEvents int) (acked, discarded []int64, ackedEvents int, leftover bool, err error) {
+func (r *Relay) publishLifecycle(ctx context.Context, rows []row, tps map[uuid.UUID]string, maxEvents int) (acked, discarded []int64, ackedEvents int, leftover bool, err error) {
 	if len(rows) == 0 {
 		return nil, nil, 0, false, nil
 	}
@@ -458,7 +463,7 @@ func (r *Relay) publishLifecycle(ctx context.Context, rows []row, maxEvents int)
 			}
 			break
 		}
-		msgs, ok := r.lifecycleMsgs(lr)
+		msgs, ok := r.lifecycleMsgs(lr, tps)
 		if !ok {
 			drop(i)
 			continue
@@ -506,7 +511,7 @@ func (r *Relay) publishLifecycle(ctx context.Context, rows []row, maxEvents int)
 // lifecycleMsgs builds the JetStream messages of one lifecycle row: one for
 // a plain row, one per member for a group row. ok is false for a malformed
 // row.
-func (r *Relay) lifecycleMsgs(lr row) (msgs []*nats.Msg, ok bool) {
+func (r *Relay) lifecycleMsgs(lr row, tps map[uuid.UUID]string) (msgs []*nats.Msg, ok bool) {
 	if lr.status == nil {
 		return nil, false
 	}
@@ -520,6 +525,7 @@ func (r *Relay) lifecycleMsgs(lr row) (msgs []*nats.Msg, ok bool) {
 		}
 		e := base
 		e.JobID = lr.jobID.UUID
+		e.Traceparent = tps[e.JobID]
 		if lr.attemptCount != nil {
 			e.AttemptCount = int(*lr.attemptCount)
 		}
@@ -536,6 +542,7 @@ func (r *Relay) lifecycleMsgs(lr row) (msgs []*nats.Msg, ok bool) {
 	for i, id := range lr.jobIDs {
 		e := base
 		e.Grouped, e.Member, e.JobID, e.AttemptCount = true, i, id, int(lr.attempts[i])
+		e.Traceparent = tps[id]
 		msg, err := events.LifecycleMsg(r.subjects, r.opts.Source, e)
 		if err != nil {
 			return nil, false

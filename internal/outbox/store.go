@@ -223,4 +223,49 @@ func init() {
 	tracing.RegisterStatement("outbox.delete", deleteRowsSQL)
 	tracing.RegisterStatement("outbox.backlog", backlogSQL)
 	tracing.RegisterStatement("outbox.generic_plans", genericPlansSQL)
+	tracing.RegisterStatement("outbox.traceparents", traceparentsSQL)
+}
+
+// traceparentsSQL reads the stored submit traceparents of a batch's jobs:
+// one primary-key lookup per job id, so O(batch). It runs only when tracing
+// is on.
+const traceparentsSQL = `SELECT job_record_id, submit_traceparent FROM etl_job_records
+WHERE job_record_id = ANY($1::uuid[]) AND submit_traceparent IS NOT NULL`
+
+// lifecycleTraceparents returns the submit traceparent of each job of rows
+// that has one, for the events' distributed-tracing extension. With tracing
+// off it returns nil without a query.
+func lifecycleTraceparents(ctx context.Context, tx pgx.Tx, rows []row) (map[uuid.UUID]string, error) {
+	if !tracing.Enabled() || len(rows) == 0 {
+		return nil, nil
+	}
+	var ids []uuid.UUID
+	for _, r := range rows {
+		if r.jobIDs != nil {
+			ids = append(ids, r.jobIDs...)
+		} else if r.jobID.Valid {
+			ids = append(ids, r.jobID.UUID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	res, err := tx.Query(ctx, traceparentsSQL, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read traceparents: %w", err)
+	}
+	defer res.Close()
+	tps := make(map[uuid.UUID]string)
+	for res.Next() {
+		var id uuid.UUID
+		var tp string
+		if err := res.Scan(&id, &tp); err != nil {
+			return nil, fmt.Errorf("read traceparents: %w", err)
+		}
+		tps[id] = tp
+	}
+	if err := res.Err(); err != nil {
+		return nil, fmt.Errorf("read traceparents: %w", err)
+	}
+	return tps, nil
 }

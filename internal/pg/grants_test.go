@@ -334,7 +334,8 @@ func TestRelayRoleRelaysTheOutboxAndNothingMore(t *testing.T) {
 		return admin.QueryRow(ctx, `SELECT count(*) FROM etl_outbox_events`).Scan(&n) == nil && n == 0
 	})
 	denied := map[string]string{
-		"read jobs":             `SELECT job_record_id FROM etl_job_records`,
+		"read jobs":             `SELECT job_status FROM etl_job_records`,
+		"read payloads":         `SELECT request_payload FROM etl_job_records`,
 		"write jobs":            `UPDATE etl_job_records SET job_status = 'FAILED'`,
 		"write outbox rows":     `INSERT INTO etl_outbox_events (event_kind, job_status, job_record_ids, attempt_counts) VALUES ('job_available', 'PENDING', ARRAY[gen_random_uuid()], ARRAY[0])`,
 		"rewrite outbox rows":   `UPDATE etl_outbox_events SET event_kind = 'job_lifecycle'`,
