@@ -3,6 +3,7 @@ package auth
 import (
 	"errors"
 	"fmt"
+	"github.com/mightyetl/mightyetl/internal/testwait"
 	"net/http"
 	"sync"
 	"testing"
@@ -25,20 +26,6 @@ func receive[T any](t *testing.T, ch <-chan T, what string) (T, bool) {
 		var zero T
 		return zero, false
 	}
-}
-
-// waitUntil polls cond until it holds or hangGuard passes.
-func waitUntil(t *testing.T, what string, cond func() bool) bool {
-	t.Helper()
-	deadline := time.Now().Add(hangGuard)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Errorf("%s: not within %v", what, hangGuard)
-			return false
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return true
 }
 
 // checkThrottled fails unless err is a *ThrottleError wrapping want with a
@@ -109,7 +96,7 @@ func TestBasicFloodCannotTakeRealUsersSlot(t *testing.T) {
 		}
 		checkThrottled(t, err, ErrRateLimited)
 	}
-	waitUntil(t, "flood holding its slots and queue", func() bool {
+	testwait.For(t, hangGuard, "flood holding its slots and queue", func() bool {
 		running, waiting := b.gate.stats()
 		return running == held && waiting == queued
 	})
@@ -209,7 +196,7 @@ func TestBasicHashWaitIsBounded(t *testing.T) {
 		for i := range 3 {
 			authenticateAlice(b, fmt.Sprintf("192.0.2.%d:2000", i), waiters)
 		}
-		waitUntil(t, "three requests waiting", func() bool { _, w := b.gate.stats(); return w == 3 })
+		testwait.For(t, hangGuard, "three requests waiting", func() bool { _, w := b.gate.stats(); return w == 3 })
 		over := make(chan error, 1)
 		authenticateAlice(b, "192.0.2.99:2000", over)
 		if err, ok := receive(t, over, "request beyond MaxHashWaiters refused while the slots are held"); ok {
@@ -266,7 +253,7 @@ func TestHashGateRoundRobin(t *testing.T) {
 			}
 			admitted <- grant{addr, rel}
 		}()
-		waitUntil(t, "request queued", func() bool { _, w := g.stats(); return w == waiting })
+		testwait.For(t, hangGuard, "request queued", func() bool { _, w := g.stats(); return w == waiting })
 	}
 	for i := range 3 {
 		enqueue("flood", true, i+1)
@@ -351,7 +338,7 @@ func TestHashGatePerAddressLimit(t *testing.T) {
 		}
 		got <- rel
 	}()
-	waitUntil(t, "second suspect request waiting", func() bool { r, w := g.stats(); return r == 1 && w == 1 })
+	testwait.For(t, hangGuard, "second suspect request waiting", func() bool { r, w := g.stats(); return r == 1 && w == 1 })
 	first()
 	if rel, ok := receive(t, got, "second suspect request admitted"); ok && rel != nil {
 		rel()

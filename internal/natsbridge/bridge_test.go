@@ -88,20 +88,8 @@ func TestRequestConsumerWithRealIntake(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	b, err := natsbridge.Start(context.Background(), natsbridge.Options{
-		NATS: config.NATS{URL: url, SubjectPrefix: prefix, RequestsEnabled: true, OutboxPollInterval: time.Second, OutboxBatchSize: 100},
-		Pool: pool, Service: service(t, pool), MaxRequestBytes: 64 << 10, Name: "bridge-test",
-		Registry: prometheus.NewRegistry(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Stop(context.Background())
+	startRequestBridge(t, pool, js, url, prefix, "bridge-test")
 	subject := prefix + ".requests.alice"
-	testwait.For(t, 30*time.Second, "request stream", func() bool {
-		_, err := js.Stream(context.Background(), strings.ToUpper(prefix)+"_REQUESTS")
-		return err == nil
-	})
 
 	// Duplicates (same key, same body) converge on one job, even beyond the
 	// stream's short de-duplication window.
@@ -215,4 +203,23 @@ func TestRedeliveryAfterCommitConverges(t *testing.T) {
 	if n := jobs(t, pool); n != 1 {
 		t.Fatalf("redelivery made %d jobs, want 1", n)
 	}
+}
+
+// startRequestBridge starts a bridge with the request consumer on prefix,
+// stopped when the test ends, and waits until its request stream exists.
+func startRequestBridge(t *testing.T, pool *pgxpool.Pool, js jetstream.JetStream, url, prefix, name string) {
+	t.Helper()
+	b, err := natsbridge.Start(context.Background(), natsbridge.Options{
+		NATS: config.NATS{URL: url, SubjectPrefix: prefix, RequestsEnabled: true, OutboxPollInterval: time.Second, OutboxBatchSize: 100},
+		Pool: pool, Service: service(t, pool), MaxRequestBytes: 64 << 10, Name: name,
+		Registry: prometheus.NewRegistry(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Stop(context.Background()) })
+	testwait.For(t, 30*time.Second, "request stream", func() bool {
+		_, err := js.Stream(context.Background(), strings.ToUpper(prefix)+"_REQUESTS")
+		return err == nil
+	})
 }

@@ -6,14 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mightyetl/mightyetl/internal/config"
-	"github.com/mightyetl/mightyetl/internal/natsbridge"
 	"github.com/mightyetl/mightyetl/internal/natstest"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 	"github.com/mightyetl/mightyetl/internal/testwait"
 	"github.com/mightyetl/mightyetl/internal/tracing"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
@@ -35,19 +32,7 @@ func TestNATSRequestContinuesTheTraceparentHeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := natsbridge.Start(context.Background(), natsbridge.Options{
-		NATS: config.NATS{URL: url, SubjectPrefix: prefix, RequestsEnabled: true, OutboxPollInterval: time.Second, OutboxBatchSize: 100},
-		Pool: pool, Service: service(t, pool), MaxRequestBytes: 64 << 10, Name: "bridge-trace-test",
-		Registry: prometheus.NewRegistry(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Stop(context.Background())
-	testwait.For(t, 30*time.Second, "request stream", func() bool {
-		_, err := js.Stream(context.Background(), strings.ToUpper(prefix)+"_REQUESTS")
-		return err == nil
-	})
+	startRequestBridge(t, pool, js, url, prefix, "bridge-trace-test")
 
 	const traceID = "0af7651916cd43dd8448eb211c80319c"
 	publish(t, js, prefix+".requests.alice", "nats-trace-key-000001", `[{"id":"a1"}]`,
