@@ -3,11 +3,12 @@ package auth
 import (
 	"errors"
 	"fmt"
-	"github.com/mightyetl/mightyetl/internal/testwait"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mightyetl/mightyetl/internal/testwait"
 )
 
 // hangGuard bounds waits for things that must happen at once, so a broken
