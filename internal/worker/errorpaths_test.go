@@ -202,12 +202,19 @@ func TestFinishGroupsAreBoundedByRows(t *testing.T) {
 	var groups []grp
 	cfg := fastConfig()
 	cfg.FinishMaxRows = 10
-	cfg.FinishLinger = 100 * time.Millisecond // give every result a chance to share a group
-	h := newWorker(t, url, cfg, worker.Hooks{FinishGroup: func(jobs, rows int) {
-		mu.Lock()
-		groups = append(groups, grp{jobs, rows})
-		mu.Unlock()
-	}})
+	cfg.FinishLinger = 500 * time.Millisecond // results released together share groups
+	// A barrier: every result is handed to the completers at once, so the
+	// groups form from all of them and the bounds decide their size.
+	var reached sync.WaitGroup
+	reached.Add(len(specs))
+	h := newWorker(t, url, cfg, worker.Hooks{
+		BeforeFinish: func(*lease.Claim) { reached.Done(); reached.Wait() },
+		FinishGroup: func(jobs, rows int) {
+			mu.Lock()
+			groups = append(groups, grp{jobs, rows})
+			mu.Unlock()
+		},
+	})
 	h.start(t)
 	testwait.For(t, 60*time.Second, "every job succeeded", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 8 })
 	mu.Lock()
@@ -224,6 +231,9 @@ func TestFinishGroupsAreBoundedByRows(t *testing.T) {
 	}
 	if jobs != 8 {
 		t.Fatalf("groups committed %d jobs, want 8 (groups %v)", jobs, groups)
+	}
+	if len(groups) == 8 {
+		t.Fatalf("every job committed alone (groups %v): the bounds were never exercised", groups)
 	}
 }
 
