@@ -26,6 +26,17 @@ type submission struct {
 	groupSize int
 }
 
+// settled reports whether s's outcome is set (done is closed); only then may
+// res, err and groupSize be read.
+func (s *submission) settled() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // batcher is the group commit of submissions. Every transaction that
 // writes an outbox row also NOTIFYs, and PostgreSQL serialises the commits of
 // notifying transactions, so throughput is commits/s × rows per commit: the

@@ -13,6 +13,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/auth"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
+	"github.com/mightyetl/mightyetl/internal/testwait"
 )
 
 // pausedDB passes every statement through to a real pool. Armed, it runs
@@ -184,5 +185,66 @@ func TestVanishedConflictIsRetryable(t *testing.T) {
 		if errors.Is(err, pg.ErrNotFound) {
 			t.Errorf("%v reads as not found", err)
 		}
+	}
+}
+
+// A caller that gives up on its context while its round is being flushed
+// returns at once, and reads nothing the flush is still writing (under
+// -race this failed: Submit read the round's group size for its trace span
+// while the flush wrote it). The round still commits both jobs.
+func TestCallerLeavingMidFlushReadsNothingOfTheRound(t *testing.T) {
+	pool, _ := pgtest.NewDatabase(t)
+	db := &pausedDB{Pool: pool}
+	s, err := New(Options{DB: db, PrincipalHashKey: testKey, GroupCommitWindow: time.Hour, GroupCommitMaxBatch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inFlush, release := make(chan struct{}), make(chan struct{})
+	db.arm(1, func(context.Context) { close(inFlush); <-release })
+	req := func(key string) SubmitRequest {
+		return SubmitRequest{Principal: "alice", IdempotencyKey: key, Body: []byte(body)}
+	}
+	leader := make(chan error, 1)
+	go func() {
+		_, err := s.Submit(context.Background(), req("key-leader-000000001"))
+		leader <- err
+	}()
+	// The leader must be queued first, so the caller that leaves is not the
+	// one running the flush.
+	testwait.For(t, 30*time.Second, "the leader queued", func() bool {
+		s.batcher.mu.Lock()
+		defer s.batcher.mu.Unlock()
+		return len(s.batcher.pending) == 1
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	left := make(chan error, 1)
+	go func() {
+		_, err := s.Submit(ctx, req("key-leaving-00000001"))
+		left <- err
+	}()
+	select {
+	case <-inFlush: // both are in the round (it flushes only when full)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the round did not flush")
+	}
+	// Cancel and release together: nothing orders the caller's return after
+	// the flush's writes, so under -race any read of the round's state by a
+	// caller that left is reported.
+	cancel()
+	close(release)
+	select {
+	case err := <-left:
+		if err != nil && CodeOf(err) != CodeTargetUnavailable {
+			t.Errorf("caller that left: %v, want its outcome or %s", err, CodeTargetUnavailable)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the caller that gave up did not return")
+	}
+	if err := <-leader; err != nil {
+		t.Fatal(err)
+	}
+	var jobs int
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM etl_job_records").Scan(&jobs); err != nil || jobs != 2 {
+		t.Fatalf("jobs %d %v, want both committed", jobs, err)
 	}
 }

@@ -114,7 +114,14 @@ func (s *Service) submit(ctx context.Context, req SubmitRequest) (SubmitResult, 
 	// The group-commit wait: queueing for a batch plus its transaction.
 	wctx, wspan := tracing.Start(ctx, "intake.group_commit")
 	err = s.batcher.submit(wctx, sub)
-	tracing.EndBatch(wspan, sub.groupSize, err)
+	// groupSize is the flush's to write until it closes sub.done: read it
+	// only when submit returned the settled outcome (a caller that gave up
+	// on ctx may return while its round is still being written).
+	groupSize := 0
+	if sub.settled() {
+		groupSize = sub.groupSize
+	}
+	tracing.EndBatch(wspan, groupSize, err)
 	if err != nil {
 		return SubmitResult{}, storeError(err)
 	}
