@@ -1,0 +1,136 @@
+// Package startstop gives every long-running part of mightyETL (worker and
+// its roles, outbox relay, NATS request consumer, HTTP server, intake
+// batcher) one Start/Stop behaviour, after River's
+// rivershared/startstop.BaseStartStop:
+//
+//   - Start runs the part's start function once; a second Start returns
+//     ErrAlreadyStarted, and a Start after Stop returns ErrStopped.
+//   - Stop runs the part's stop function once, whoever calls it first, and
+//     every caller waits for it to finish or for its own context to end, in
+//     which case Stop returns ctx.Err() and the stop goes on in the
+//     background. Stop never blocks forever on a context that ends.
+//   - Stop before Start (or on a part whose Start failed) returns nil at
+//     once.
+//
+// A part embeds or holds a Base and calls Base.Start and Base.Stop from its
+// own Start and Stop.
+package startstop
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// ErrAlreadyStarted is returned by Start on a part started before.
+var ErrAlreadyStarted = errors.New("already started")
+
+// ErrStopped is returned by Start on a part already stopped: a part runs
+// once.
+var ErrStopped = errors.New("already stopped")
+
+// Service is the shape every long-running part has.
+type Service interface {
+	Start(ctx context.Context) error
+	Stop(ctx context.Context) error
+}
+
+// StopFunc stops what a StartFunc started and waits for it. ctx is the first
+// Stop caller's context: when it ends the stop function should hurry (cancel
+// what still runs) but it must still return; Stop itself returns ctx.Err()
+// at once.
+type StopFunc func(ctx context.Context) error
+
+// StartFunc starts a part's goroutines and returns the function that stops
+// them. An error means nothing was started: the part is marked stopped
+// (a part runs once) and Stop returns nil.
+type StartFunc func(ctx context.Context) (StopFunc, error)
+
+const (
+	stateNew = iota
+	stateStarted
+	stateStopped
+)
+
+// Base holds the start/stop state of one part. The zero value is ready.
+type Base struct {
+	mu      sync.Mutex
+	state   int
+	stop    StopFunc
+	stopped chan struct{} // closed when the stop function returned
+	err     error         // the stop function's result, read after stopped closes
+	began   bool          // the stop function was launched
+}
+
+// Start runs start once under the part's lock. The returned StopFunc is
+// kept for Stop. An error from start leaves the part stopped (Stop returns
+// nil) and is returned.
+func (b *Base) Start(ctx context.Context, start StartFunc) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case stateStarted:
+		return ErrAlreadyStarted
+	case stateStopped:
+		return ErrStopped
+	}
+	stop, err := start(ctx)
+	if err != nil {
+		b.state = stateStopped
+		return err
+	}
+	b.state = stateStarted
+	b.stop = stop
+	return nil
+}
+
+// Started reports whether Start succeeded (even if Stop ran since).
+func (b *Base) Started() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stop != nil
+}
+
+// Stop runs the stop function once and waits for it, or until ctx ends
+// (then it returns ctx.Err()). Every later or concurrent call waits for the
+// same stop and returns its result. Stop before Start returns nil and makes
+// a later Start return ErrStopped.
+func (b *Base) Stop(ctx context.Context) error {
+	b.mu.Lock()
+	if b.stop == nil {
+		b.state = stateStopped
+		b.mu.Unlock()
+		return nil
+	}
+	b.state = stateStopped
+	if !b.began {
+		b.began = true
+		b.stopped = make(chan struct{})
+		stop, stopped := b.stop, b.stopped
+		go func() {
+			err := stop(ctx)
+			b.mu.Lock()
+			b.err = err
+			b.mu.Unlock()
+			close(stopped)
+		}()
+	}
+	stopped := b.stopped
+	b.mu.Unlock()
+	select {
+	case <-stopped:
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Done is closed once a Stop has finished stopping the part; nil before the
+// first Stop of a started part.
+func (b *Base) Done() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stopped
+}

@@ -1,0 +1,124 @@
+package startstop_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mightyetl/mightyetl/internal/startstop"
+	"github.com/mightyetl/mightyetl/internal/startstop/startstoptest"
+)
+
+// loop is the smallest service: one goroutine until stopped.
+type loop struct {
+	startstop.Base
+	starts, stops atomic.Int32
+	// ignore makes the goroutine ignore the stop signal until release
+	// closes: a handler that ignores cancellation.
+	ignore  bool
+	release chan struct{}
+}
+
+func (l *loop) Start(ctx context.Context) error {
+	return l.Base.Start(ctx, func(context.Context) (startstop.StopFunc, error) {
+		l.starts.Add(1)
+		quit, done := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(done)
+			<-quit
+			if l.ignore {
+				<-l.release
+			}
+		}()
+		return func(ctx context.Context) error {
+			l.stops.Add(1)
+			close(quit)
+			<-done
+			return nil
+		}, nil
+	})
+}
+
+func (l *loop) Stop(ctx context.Context) error { return l.Base.Stop(ctx) }
+
+func TestBaseStress(t *testing.T) {
+	t.Parallel()
+	startstoptest.Stress(t, func(t *testing.T) startstop.Service { return &loop{} }, 10*time.Second)
+}
+
+func TestStopRunsTheStopFunctionOnce(t *testing.T) {
+	t.Parallel()
+	l := &loop{}
+	if err := l.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := l.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := l.stops.Load(); got != 1 {
+		t.Fatalf("stop function ran %d times, want 1", got)
+	}
+}
+
+func TestStopReturnsContextErrorWhenThePartHangs(t *testing.T) {
+	t.Parallel()
+	l := &loop{ignore: true, release: make(chan struct{})}
+	if err := l.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errs := make(chan error, 1)
+	go func() { errs <- l.Stop(ctx) }()
+	cancel()
+	if err := <-errs; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Stop on a hanging part with a cancelled context: %v, want context.Canceled", err)
+	}
+	select {
+	case <-l.Done():
+		t.Fatal("the part reported stopped while its goroutine still runs")
+	default:
+	}
+	close(l.release)
+	if err := l.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop after the part let go: %v", err)
+	}
+	<-l.Done()
+}
+
+func TestFailedStartLeavesThePartStopped(t *testing.T) {
+	t.Parallel()
+	var b startstop.Base
+	boom := errors.New("boom")
+	if err := b.Start(context.Background(), func(context.Context) (startstop.StopFunc, error) { return nil, boom }); !errors.Is(err, boom) {
+		t.Fatalf("Start: %v, want boom", err)
+	}
+	if err := b.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop after failed Start: %v", err)
+	}
+	if err := b.Start(context.Background(), func(context.Context) (startstop.StopFunc, error) {
+		t.Fatal("start function ran after a failed Start")
+		return nil, nil
+	}); !errors.Is(err, startstop.ErrStopped) {
+		t.Fatalf("second Start: %v, want ErrStopped", err)
+	}
+}
+
+func TestStopErrorIsReturnedToEveryCaller(t *testing.T) {
+	t.Parallel()
+	var b startstop.Base
+	boom := errors.New("boom")
+	if err := b.Start(context.Background(), func(context.Context) (startstop.StopFunc, error) {
+		return func(context.Context) error { return boom }, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := b.Stop(context.Background()); !errors.Is(err, boom) {
+			t.Fatalf("Stop: %v, want boom", err)
+		}
+	}
+}
