@@ -20,6 +20,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/events"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/startstop"
 	"github.com/mightyetl/mightyetl/internal/tracing"
 )
 
@@ -68,13 +69,12 @@ func (o *Options) defaults() {
 	}
 }
 
-// ErrAlreadyStarted is returned by Start on a relay that was started before.
-var ErrAlreadyStarted = errors.New("outbox relay already started")
-
 // Relay publishes the transactional outbox to NATS; see the package
 // documentation for the batch protocol and the outage rules. Create it with
-// New; run it with Start and Stop, or drive it with RunOnce. A Relay is
-// started at most once. Any number of relays may run on one database.
+// New; run it with Start and Stop, or drive it with RunOnce. A Relay runs
+// once (internal/startstop): a second Start returns
+// startstop.ErrAlreadyStarted, a Start after Stop startstop.ErrStopped. Any
+// number of relays may run on one database.
 type Relay struct {
 	pool     *pgxpool.Pool
 	nc       *nats.Conn
@@ -88,11 +88,7 @@ type Relay struct {
 	streamReady atomic.Bool
 	listenDown  atomic.Bool
 
-	mu       sync.Mutex
-	started  bool
-	stopOnce sync.Once
-	cancel   context.CancelFunc
-	done     chan struct{}
+	ss startstop.Base
 
 	// beforeCommit, when set (tests only), runs after a batch published and
 	// deleted its rows and before it commits; an error rolls the batch back,
@@ -135,21 +131,19 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, prefix string, log *slog.Logger, m *
 // Start checks that the outbox table is reachable, then runs the relay in
 // the background until Stop or until ctx is cancelled. NATS need not be up:
 // the relay drops advisory rows and keeps lifecycle rows until it is.
-// Returns ErrAlreadyStarted on a second call, or the start-up check's error.
+// Returns the start-up check's error (the relay is then stopped: it runs
+// once), startstop.ErrAlreadyStarted on a second call and
+// startstop.ErrStopped after Stop.
 func (r *Relay) Start(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.started {
-		return ErrAlreadyStarted
-	}
+	return r.ss.Start(ctx, r.start)
+}
+
+func (r *Relay) start(ctx context.Context) (startstop.StopFunc, error) {
 	if _, err := r.pool.Exec(ctx, "SELECT 1 FROM etl_outbox_events LIMIT 0"); err != nil {
-		return fmt.Errorf("start outbox relay: check outbox table: %w", err)
+		return nil, fmt.Errorf("start outbox relay: check outbox table: %w", err)
 	}
-	r.started = true
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stopOnParent := context.AfterFunc(ctx, cancel)
-	r.cancel = func() { stopOnParent(); cancel() }
-	r.done = make(chan struct{})
 
 	listener := &pgxlisten.Listener{
 		Connect: func(ctx context.Context) (*pgx.Conn, error) {
@@ -161,41 +155,26 @@ func (r *Relay) Start(ctx context.Context) error {
 	listener.Handle(NotifyChannel, listenHandler{r})
 
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		_ = listener.Listen(runCtx) // returns only when runCtx ends
-	}()
-	go func() {
-		defer wg.Done()
-		r.loop(runCtx)
-	}()
-	go func() {
-		wg.Wait()
-		close(r.done)
-	}()
+	})
+	wg.Go(func() { r.loop(runCtx) })
 	r.log.Info("outbox relay started", "poll_interval", r.opts.PollInterval.String(), "batch_size", r.opts.BatchSize)
-	return nil
+	return func(context.Context) error {
+		stopOnParent()
+		cancel()
+		wg.Wait() // a batch in flight finishes or rolls back on runCtx
+		return nil
+	}, nil
 }
 
 // Stop stops the relay and waits until its goroutines have returned, or
 // until ctx ends (then it returns ctx.Err() and the relay still stops in the
-// background). A batch in flight finishes or rolls back. Safe to call twice
-// and on a relay never started.
+// background; a later Stop waits for it). A batch in flight finishes or
+// rolls back. Safe to call twice, concurrently, and on a relay never
+// started (a later Start then returns startstop.ErrStopped).
 func (r *Relay) Stop(ctx context.Context) error {
-	r.mu.Lock()
-	started, done := r.started, r.done
-	r.mu.Unlock()
-	if !started {
-		return nil
-	}
-	r.stopOnce.Do(r.cancel)
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return r.ss.Stop(ctx)
 }
 
 // signal wakes the loop; never blocks (one pending wake-up is enough).

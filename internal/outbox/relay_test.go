@@ -27,6 +27,8 @@ import (
 	"github.com/mightyetl/mightyetl/internal/natstest"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
+	"github.com/mightyetl/mightyetl/internal/startstop"
+	"github.com/mightyetl/mightyetl/internal/startstop/startstoptest"
 	"github.com/mightyetl/mightyetl/internal/testwait"
 )
 
@@ -544,26 +546,36 @@ func TestNATSOutageKeepsLifecycleRowsDropsAdvisoryAndDrainsAfterRestart(t *testi
 	}
 }
 
+// TestStartStopContract runs the shared start/stop stress test against real
+// relays (each with its LISTEN connection, loop and a live NATS connection).
+// Against the hand-written Start/Stop it replaced, its StopBeforeStart case
+// failed: a Stop before Start did not stop a later Start, so a process told
+// to stop while still starting went on to run a relay nobody would stop.
 func TestStartStopContract(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, "")
-	r := f.relay(t, nil, Options{})
-	if err := r.Stop(t.Context()); err != nil {
-		t.Fatalf("stop before start: %v", err)
-	}
-	if err := r.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(t.Context()); !errors.Is(err, ErrAlreadyStarted) {
-		t.Fatalf("second start = %v, want ErrAlreadyStarted", err)
-	}
-	for range 2 {
-		if err := r.Stop(t.Context()); err != nil {
-			t.Fatalf("stop: %v", err)
-		}
-	}
+	startstoptest.Stress(t, func(t *testing.T) startstop.Service { return f.relay(t, nil, Options{}) }, 20*time.Second)
 	if _, err := New(f.pool, f.nc, "bad prefix", nil, nil, Options{}); !errors.Is(err, events.ErrInvalidPrefix) {
 		t.Fatalf("bad prefix = %v", err)
+	}
+}
+
+// TestFailedStartCheckLeavesTheRelayStopped: a relay whose start-up check
+// fails runs nothing, and Stop returns at once.
+func TestFailedStartCheckLeavesTheRelayStopped(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "")
+	r := f.relay(t, nil, Options{})
+	ended, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := r.Start(ended); err == nil {
+		t.Fatal("Start with an ended context passed its start-up check")
+	}
+	if err := r.Stop(t.Context()); err != nil {
+		t.Fatalf("Stop after a failed Start: %v", err)
+	}
+	if err := r.Start(t.Context()); !errors.Is(err, startstop.ErrStopped) {
+		t.Fatalf("Start after a failed Start and Stop = %v, want ErrStopped", err)
 	}
 }
 
