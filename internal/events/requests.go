@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mightyetl/mightyetl/internal/metrics"
+	"github.com/mightyetl/mightyetl/internal/startstop"
 	"github.com/mightyetl/mightyetl/internal/tracing"
 )
 
@@ -253,11 +254,7 @@ type RequestConsumer struct {
 	m        *metrics.Events
 	opts     RequestConsumerOptions
 
-	mu       sync.Mutex
-	started  bool
-	stopOnce sync.Once
-	cancel   context.CancelFunc
-	done     chan struct{}
+	ss startstop.Base
 }
 
 // NewRequestConsumer returns a consumer of "<prefix>.requests.>" that calls
@@ -291,46 +288,35 @@ func NewRequestConsumer(nc *nats.Conn, prefix string, h RequestHandler, log *slo
 // Start runs the consumer in the background until Stop or until ctx is
 // cancelled. It does not wait for NATS: the stream and the durable consumer
 // are created (or updated) as soon as NATS answers, and consumption survives
-// reconnects. Returns ErrAlreadyStarted on a second call.
+// reconnects. A consumer runs once (internal/startstop): a second Start
+// returns startstop.ErrAlreadyStarted, a Start after Stop
+// startstop.ErrStopped.
 func (c *RequestConsumer) Start(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.started {
-		return ErrAlreadyStarted
-	}
-	c.started = true
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stopOnParent := context.AfterFunc(ctx, cancel)
-	c.cancel = func() { stopOnParent(); cancel() }
-	c.done = make(chan struct{})
-	go func() {
-		defer close(c.done)
-		c.run(runCtx)
-	}()
-	return nil
+	return c.ss.Start(ctx, func(ctx context.Context) (startstop.StopFunc, error) {
+		runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		stopOnParent := context.AfterFunc(ctx, cancel)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c.run(runCtx)
+		}()
+		return func(context.Context) error {
+			stopOnParent()
+			cancel()
+			<-done // requests in flight end within HandlerTimeout
+			return nil
+		}, nil
+	})
 }
-
-// ErrAlreadyStarted is returned by Start on a component started before.
-var ErrAlreadyStarted = errors.New("already started")
 
 // Stop stops fetching, lets requests in flight finish (each bounded by
 // HandlerTimeout) and waits until the consumer is done or ctx ends (then it
-// returns ctx.Err()). Requests fetched but not started are redelivered by
-// the server. Safe to call twice and before Start.
+// returns ctx.Err() and the consumer still stops in the background; a later
+// Stop waits for it). Requests fetched but not started are redelivered by
+// the server. Safe to call twice, concurrently, and before Start (a later
+// Start then returns startstop.ErrStopped).
 func (c *RequestConsumer) Stop(ctx context.Context) error {
-	c.mu.Lock()
-	started, done := c.started, c.done
-	c.mu.Unlock()
-	if !started {
-		return nil
-	}
-	c.stopOnce.Do(c.cancel)
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return c.ss.Stop(ctx)
 }
 
 // setup creates or updates the stream and the durable consumer.
