@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mightyetl/mightyetl/internal/metrics"
+	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/startstop"
 	"github.com/mightyetl/mightyetl/internal/tracing"
 )
@@ -355,7 +356,7 @@ func (c *RequestConsumer) run(ctx context.Context) {
 		cons, err := c.setup(ctx)
 		if err != nil {
 			if !failing && ctx.Err() == nil {
-				c.log.Warn("request stream not ready; retrying", "error", err)
+				c.log.Warn("request stream not ready; retrying", "error_class", pg.ErrorClass(err))
 			}
 			failing = true
 			select {
@@ -394,7 +395,7 @@ func (c *RequestConsumer) consume(ctx context.Context, cons jetstream.Consumer) 
 			}
 		}))
 	if err != nil {
-		c.log.Warn("request consumer could not start; retrying", "error", err)
+		c.log.Warn("request consumer could not start; retrying", "error_class", pg.ErrorClass(err))
 		select {
 		case <-ctx.Done():
 		case <-time.After(c.opts.SetupRetry):

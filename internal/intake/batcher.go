@@ -3,7 +3,6 @@ package intake
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/mightyetl/mightyetl/internal/pg"
 )
 
@@ -266,11 +264,9 @@ func failBatch(batch []*submission, err error) {
 }
 
 // retryableFlush is true for losing a deadlock or serialization race, and
-// for an existing row that vanished between InsertJobs' two statements.
+// for an existing row that vanished between InsertJobs' two statements
+// (pg.ClassConflict). Other transient failures are not retried here: the
+// caller answers them as etl_target_unavailable.
 func retryableFlush(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01") {
-		return true
-	}
-	return errors.Is(err, pg.ErrConflictVanished)
+	return pg.ErrorClass(err) == pg.ClassConflict
 }

@@ -1,10 +1,8 @@
 package intake
 
 import (
-	"context"
 	"errors"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/mightyetl/mightyetl/internal/etl"
 	"github.com/mightyetl/mightyetl/internal/pg"
 )
@@ -95,7 +93,9 @@ func fromETL(err error) error {
 	return &Error{Code: CodeInternalError, Index: -1, cause: err}
 }
 
-// storeError classifies a database failure: unreachable or transient is
+// storeError classifies a database failure by pg.ErrorClass: a transient
+// one (pg.IsTransient: unreachable, broken connection, timeout, a lost race
+// or a conflicting row that vanished) or a caller that gave up is
 // etl_target_unavailable (retry with the same key and body), anything else
 // etl_internal_error. The cause is kept for errors.Is/As only.
 func storeError(err error) error {
@@ -106,13 +106,7 @@ func storeError(err error) error {
 	if errors.As(err, &e) {
 		return err
 	}
-	// Any failure to connect means the database is unavailable to us, whatever
-	// the server said (not accepting connections, too many clients, ...).
-	var connectErr *pgconn.ConnectError
-	// A conflicting row that vanished again and again (pruning racing the
-	// same keys) is retryable too: the same key and body will succeed.
-	if pg.IsTransient(err) || errors.As(err, &connectErr) || errors.Is(err, pg.ErrConflictVanished) ||
-		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if pg.IsTransient(err) || pg.ErrorClass(err) == pg.ClassCanceled {
 		return &Error{Code: CodeTargetUnavailable, Index: -1, cause: err}
 	}
 	return &Error{Code: CodeInternalError, Index: -1, cause: err}

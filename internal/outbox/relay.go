@@ -210,7 +210,7 @@ func (r *Relay) listenError(ctx context.Context, err error) {
 		return
 	}
 	if !r.listenDown.Swap(true) {
-		r.log.Warn("outbox listener lost its connection; polling until it is back", "error", err)
+		r.log.Warn("outbox listener lost its connection; polling until it is back", "error_class", pg.ErrorClass(err))
 	}
 }
 
@@ -231,7 +231,7 @@ func (r *Relay) loop(ctx context.Context) {
 				}
 				r.m.BatchErrors.Inc()
 				if !failing {
-					r.log.Warn("outbox batch failed; retrying on the next wake-up or poll", "error", err)
+					r.log.Warn("outbox batch failed; retrying on the next wake-up or poll", "error_class", pg.ErrorClass(err))
 				}
 				failing = true
 				break

@@ -1,0 +1,60 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/mightyetl/mightyetl/internal/pg"
+)
+
+// Every database failure maps to etl_target_unavailable exactly when
+// pg.IsTransient says so or the caller gave up, and the batcher retries a
+// flush only for a lost race (pg.ClassConflict).
+func TestStoreErrorAndFlushRetryFollowPGClassification(t *testing.T) {
+	pgErr := func(code string) error { return fmt.Errorf("insert jobs: %w", &pgconn.PgError{Code: code}) }
+	cases := []struct {
+		name  string
+		err   error
+		code  string
+		retry bool
+	}{
+		{"serialization_failure", pgErr("40001"), CodeTargetUnavailable, true},
+		{"deadlock_detected", pgErr("40P01"), CodeTargetUnavailable, true},
+		{"conflicting row vanished", fmt.Errorf("insert jobs: %w", pg.ErrConflictVanished), CodeTargetUnavailable, true},
+		{"connection_failure", pgErr("08006"), CodeTargetUnavailable, false},
+		{"too_many_connections", pgErr("53300"), CodeTargetUnavailable, false},
+		{"admin_shutdown", pgErr("57P01"), CodeTargetUnavailable, false},
+		{"statement_timeout", pgErr("57014"), CodeTargetUnavailable, false},
+		{"lock_timeout", pgErr("55P03"), CodeTargetUnavailable, false},
+		{"connection closed", fmt.Errorf("insert jobs: %w", pgconn.ErrConnClosed), CodeTargetUnavailable, false},
+		{"unexpected EOF", fmt.Errorf("insert jobs: %w", io.ErrUnexpectedEOF), CodeTargetUnavailable, false},
+		{"deadline", fmt.Errorf("insert jobs: %w", context.DeadlineExceeded), CodeTargetUnavailable, false},
+		{"caller cancelled", fmt.Errorf("insert jobs: %w", context.Canceled), CodeTargetUnavailable, false},
+		{"unique_violation", pgErr("23505"), CodeInternalError, false},
+		{"check_violation", pgErr("23514"), CodeInternalError, false},
+		{"syntax_error", pgErr("42601"), CodeInternalError, false},
+		{"insufficient_privilege", pgErr("42501"), CodeInternalError, false},
+		{"plain error", errors.New("boom"), CodeInternalError, false},
+		{"use-case error passes through", ErrJobNotFound, CodeJobNotFound, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := CodeOf(storeError(c.err)); got != c.code {
+				t.Errorf("storeError(%v) code %s, want %s", c.err, got, c.code)
+			}
+			if got := retryableFlush(c.err); got != c.retry {
+				t.Errorf("retryableFlush(%v) = %v, want %v", c.err, got, c.retry)
+			}
+			if se := storeError(c.err); !errors.Is(se, c.err) {
+				t.Errorf("storeError(%v) lost its cause", c.err)
+			}
+		})
+	}
+	if storeError(nil) != nil {
+		t.Error("storeError(nil) is not nil")
+	}
+}
