@@ -26,7 +26,7 @@ func BenchmarkClaimAndFinish(b *testing.B) {
 	)
 	pool, _ := pgtest.NewDatabase(b, pgtest.Options{MaxConns: 4})
 	ctx := context.Background()
-	concInsert(b, pool, backlog, 3)
+	pgtest.InsertN(b, pool, backlog, diagnosticJob(3))
 	if _, err := pool.Exec(ctx, `VACUUM (ANALYZE) etl_job_records`); err != nil {
 		b.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func BenchmarkClaimAndFinish(b *testing.B) {
 	for b.Loop() {
 		if pending < batch {
 			b.StopTimer()
-			concInsert(b, pool, backlog-pending, 3)
+			pgtest.InsertN(b, pool, backlog-pending, diagnosticJob(3))
 			pending = backlog
 			b.StartTimer()
 		}
@@ -82,7 +82,7 @@ INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, subm
                              request_digest, request_payload, max_attempts, available_at)
 SELECT lpad(to_hex(g), 32, '0')::uuid, 'diagnostic', $1, lpad(to_hex(g), 64, '0'),
        $2, $3, 3, clock_timestamp() - interval '1 day' + g * interval '1 microsecond'
-FROM generate_series(1, $4::int) AS g`, concSHA("bench-owner"), concSHA(payload), payload, n)
+FROM generate_series(1, $4::int) AS g`, pgtest.SHA("bench-owner"), pgtest.SHA(payload), payload, n)
 	if err != nil {
 		b.Fatalf("fill %d jobs: %v", n, err)
 	}

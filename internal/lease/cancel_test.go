@@ -17,11 +17,11 @@ import (
 func TestNoLeaseCanOverwriteCancelled(t *testing.T) {
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
-	ids := insertJobs(t, pool, 1, 3)
+	ids := pgtest.InsertN(t, pool, 1, pg.NewJob{MaxAttempts: 3})
 	old := claim(t, pool, "worker-old1", 1, time.Minute).Claimed[0]
-	expire(t, pool, ids[0])
+	pgtest.ExpireLease(t, pool, ids[0], time.Millisecond)
 	live := claim(t, pool, "worker-new1", 1, time.Minute).Claimed[0] // supersedes old
-	out, err := pg.CancelJob(ctx, pool, pg.CancelParams{PrincipalScopeHash: hexSHA("owner"), JobID: ids[0], CancellationKeyHash: hexSHA("k")})
+	out, err := pg.CancelJob(ctx, pool, pg.CancelParams{PrincipalScopeHash: pgtest.SHA("owner"), JobID: ids[0], CancellationKeyHash: pgtest.SHA("k")})
 	if err != nil || !out.Cancelled || out.PreviousStatus != pg.StatusRunning {
 		t.Fatalf("cancel: %+v %v", out, err)
 	}

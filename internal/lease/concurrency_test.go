@@ -2,8 +2,6 @@ package lease_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"go/ast"
@@ -24,35 +22,9 @@ import (
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 )
 
-func concSHA(s string) string {
-	h := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(h[:])
-}
-
-// concInsert inserts n diagnostic jobs through pg.InsertJobs.
-func concInsert(t testing.TB, pool *pgxpool.Pool, n, maxAttempts int) []uuid.UUID {
-	t.Helper()
-	const payload = `{"durationMillis":0,"records":[]}`
-	ids := make([]uuid.UUID, 0, n)
-	for start := 0; start < n; start += 1000 {
-		jobs := make([]pg.NewJob, min(1000, n-start))
-		for i := range jobs {
-			jobs[i] = pg.NewJob{Kind: pg.KindDiagnostic, PrincipalScopeHash: concSHA("owner"),
-				SubmissionKeyHash: concSHA(uuid.NewString()), RequestDigest: concSHA(payload),
-				Payload: payload, MaxAttempts: maxAttempts}
-		}
-		ins, err := pg.InsertJobs(context.Background(), pool, jobs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, in := range ins {
-			if !in.Created {
-				t.Fatal("job not created")
-			}
-			ids = append(ids, in.JobID)
-		}
-	}
-	return ids
+// diagnosticJob is a fixture diagnostic job that succeeds at once.
+func diagnosticJob(maxAttempts int) pg.NewJob {
+	return pg.NewJob{Kind: pg.KindDiagnostic, Payload: `{"durationMillis":0,"records":[]}`, MaxAttempts: maxAttempts}
 }
 
 // claimRace runs one claimer per pool, all released together by one barrier,
@@ -168,7 +140,7 @@ func TestTwoReplicasCannotBothObtainALiveClaim(t *testing.T) {
 	)
 	pool, url := pgtest.NewDatabase(t)
 	ctx := context.Background()
-	ids := concInsert(t, pool, jobs, 3)
+	ids := pgtest.InsertN(t, pool, jobs, diagnosticJob(3))
 	pools := make([]*pgxpool.Pool, claimers)
 	for i := range pools {
 		pools[i] = pgtest.NewPool(t, url, 2) // a separate pool per replica
@@ -190,12 +162,8 @@ func TestTwoReplicasCannotBothObtainALiveClaim(t *testing.T) {
 	concAssertLeasesMatch(t, pool, first)
 
 	// Expire every lease by the database clock; nobody finished anything.
-	tag, err := pool.Exec(ctx, pgtest.ExpireAllLeasesSQL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tag.RowsAffected() != jobs {
-		t.Fatalf("expired %d leases, want %d", tag.RowsAffected(), jobs)
+	if n := pgtest.ExpireAllLeases(t, pool); n != jobs {
+		t.Fatalf("expired %d leases, want %d", n, jobs)
 	}
 
 	second := claimRace(t, pools, 2, limit)
@@ -282,7 +250,7 @@ func concCount(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 func TestExpiredLeaseCannotWriteEvenUnclaimed(t *testing.T) {
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
-	concInsert(t, pool, 5, 3)
+	pgtest.InsertN(t, pool, 5, diagnosticJob(3))
 	const owner = "replica-expired-01"
 	res, err := lease.ClaimJobs(ctx, pool, lease.ClaimParams{OwnerID: owner, Limit: 5, LeaseDuration: time.Hour})
 	if err != nil {
@@ -291,9 +259,7 @@ func TestExpiredLeaseCannotWriteEvenUnclaimed(t *testing.T) {
 	if len(res.Claimed) != 5 {
 		t.Fatalf("claimed %d, want 5", len(res.Claimed))
 	}
-	if _, err := pool.Exec(ctx, pgtest.ExpireAllLeasesSQL); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.ExpireAllLeases(t, pool)
 	before := map[uuid.UUID]concLeaseRow{}
 	for _, c := range res.Claimed {
 		before[c.JobID] = concReadLease(t, pool, c.JobID)
@@ -381,7 +347,7 @@ func TestExpiredLeaseCannotWriteEvenUnclaimed(t *testing.T) {
 func TestLeaseTimeComesFromDatabaseClock(t *testing.T) {
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
-	concInsert(t, pool, 2, 3)
+	pgtest.InsertN(t, pool, 2, diagnosticJob(3))
 	const owner = "replica-clock-01"
 	res, err := lease.ClaimJobs(ctx, pool, lease.ClaimParams{OwnerID: owner, Limit: 1, LeaseDuration: time.Hour})
 	if err != nil {

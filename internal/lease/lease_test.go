@@ -2,8 +2,6 @@ package lease_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"testing"
 	"time"
@@ -16,36 +14,6 @@ import (
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 )
 
-func hexSHA(s string) string {
-	h := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(h[:])
-}
-
-func insertJobs(t *testing.T, pool *pgxpool.Pool, n, maxAttempts int) []uuid.UUID {
-	t.Helper()
-	jobs := make([]pg.NewJob, n)
-	for i := range jobs {
-		payload := `[{"id":"r` + uuid.NewString() + `"}]`
-		jobs[i] = pg.NewJob{
-			JobID: uuid.New(), Kind: pg.KindETLRecords,
-			PrincipalScopeHash: hexSHA("owner"), SubmissionKeyHash: hexSHA(uuid.NewString()),
-			RequestDigest: hexSHA(payload), Payload: payload, MaxAttempts: maxAttempts,
-		}
-	}
-	ins, err := pg.InsertJobs(context.Background(), pool, jobs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := make([]uuid.UUID, n)
-	for i, in := range ins {
-		if !in.Created {
-			t.Fatalf("job %d not created", i)
-		}
-		ids[i] = in.JobID
-	}
-	return ids
-}
-
 func claim(t *testing.T, db pg.DBTX, owner string, limit int, d time.Duration) lease.ClaimResult {
 	t.Helper()
 	res, err := lease.ClaimJobs(context.Background(), db, lease.ClaimParams{OwnerID: owner, Limit: limit, LeaseDuration: d})
@@ -53,14 +21,6 @@ func claim(t *testing.T, db pg.DBTX, owner string, limit int, d time.Duration) l
 		t.Fatal(err)
 	}
 	return res
-}
-
-// expire moves a job's lease expiry into the past by the database clock.
-func expire(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) {
-	t.Helper()
-	if _, err := pool.Exec(context.Background(), pgtest.ExpireLeaseSQL, id, time.Millisecond.Microseconds()); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func status(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) string {
@@ -74,7 +34,7 @@ func status(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) string {
 
 func TestClaimTakesOldestFirstWithFreshLeases(t *testing.T) {
 	pool, _ := pgtest.NewDatabase(t)
-	ids := insertJobs(t, pool, 5, 3)
+	ids := pgtest.InsertN(t, pool, 5, pg.NewJob{MaxAttempts: 3})
 	res := claim(t, pool, "worker-aaaa", 3, time.Minute)
 	if len(res.Claimed) != 3 {
 		t.Fatalf("claimed %d, want 3", len(res.Claimed))
@@ -91,7 +51,7 @@ func TestClaimTakesOldestFirstWithFreshLeases(t *testing.T) {
 			t.Errorf("duplicate fencing token %d", c.FencingToken)
 		}
 		seenTokens[c.FencingToken] = true
-		if c.Payload == "" || c.RequestDigest != hexSHA(c.Payload) {
+		if c.Payload == "" || c.RequestDigest != pgtest.SHA(c.Payload) {
 			t.Errorf("claim %d payload/digest mismatch", i)
 		}
 	}
@@ -105,9 +65,9 @@ func TestClaimTakesOldestFirstWithFreshLeases(t *testing.T) {
 
 func TestExpiredLeaseIsReclaimedWithGreaterTokenAndOldTokenIsFenced(t *testing.T) {
 	pool, _ := pgtest.NewDatabase(t)
-	ids := insertJobs(t, pool, 1, 3)
+	ids := pgtest.InsertN(t, pool, 1, pg.NewJob{MaxAttempts: 3})
 	old := claim(t, pool, "worker-old1", 1, time.Minute).Claimed[0]
-	expire(t, pool, ids[0])
+	pgtest.ExpireLease(t, pool, ids[0], time.Millisecond)
 	// The expired lease cannot be renewed or written, even before a reclaim.
 	ren, err := lease.Renew(context.Background(), pool, old.OwnerID, []lease.Ref{old.Ref}, time.Minute)
 	if err != nil || ren[0].Renewed {
@@ -164,9 +124,9 @@ func TestExpiredLeaseIsReclaimedWithGreaterTokenAndOldTokenIsFenced(t *testing.T
 
 func TestExhaustedAtClaimTime(t *testing.T) {
 	pool, _ := pgtest.NewDatabase(t)
-	ids := insertJobs(t, pool, 1, 1)
+	ids := pgtest.InsertN(t, pool, 1, pg.NewJob{MaxAttempts: 1})
 	claim(t, pool, "worker-aaaa", 1, time.Minute)
-	expire(t, pool, ids[0])
+	pgtest.ExpireLease(t, pool, ids[0], time.Millisecond)
 	res := claim(t, pool, "worker-bbbb", 5, time.Minute)
 	if len(res.Claimed) != 0 || res.Exhausted != 1 {
 		t.Fatalf("claim after exhaustion: %+v", res)
@@ -187,7 +147,7 @@ func TestExhaustedAtClaimTime(t *testing.T) {
 
 func TestRetryBackoffUsesDatabaseClock(t *testing.T) {
 	pool, _ := pgtest.NewDatabase(t)
-	ids := insertJobs(t, pool, 1, 3)
+	ids := pgtest.InsertN(t, pool, 1, pg.NewJob{MaxAttempts: 3})
 	c := claim(t, pool, "worker-aaaa", 1, time.Minute).Claimed[0]
 	if err := lease.Retry(context.Background(), pool, c.Ref, time.Hour); err != nil {
 		t.Fatal(err)
@@ -196,9 +156,7 @@ func TestRetryBackoffUsesDatabaseClock(t *testing.T) {
 		t.Fatal("retried job claimable before available_at")
 	}
 	// Move available_at to the past by the database clock: claimable again.
-	if _, err := pool.Exec(context.Background(), pgtest.MakeAvailableSQL, ids[0], time.Second.Microseconds()); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.MakeAvailable(t, pool, ids[0], time.Second)
 	got := claim(t, pool, "worker-bbbb", 1, time.Minute).Claimed
 	if len(got) != 1 || got[0].Attempt != 2 {
 		t.Fatalf("reclaim after backoff: %+v", got)
@@ -207,7 +165,7 @@ func TestRetryBackoffUsesDatabaseClock(t *testing.T) {
 
 func TestReleaseDoesNotChargeAttempt(t *testing.T) {
 	pool, _ := pgtest.NewDatabase(t)
-	insertJobs(t, pool, 1, 2)
+	pgtest.InsertN(t, pool, 1, pg.NewJob{MaxAttempts: 2})
 	c := claim(t, pool, "worker-aaaa", 1, time.Minute).Claimed[0]
 	if err := lease.Release(context.Background(), pool, c.Ref); err != nil {
 		t.Fatal(err)
@@ -220,7 +178,7 @@ func TestReleaseDoesNotChargeAttempt(t *testing.T) {
 
 func TestRenewExtendsOnlyLiveExactLeases(t *testing.T) {
 	pool, _ := pgtest.NewDatabase(t)
-	insertJobs(t, pool, 3, 3)
+	pgtest.InsertN(t, pool, 3, pg.NewJob{MaxAttempts: 3})
 	cs := claim(t, pool, "worker-aaaa", 3, 2*time.Second).Claimed
 	ctx := context.Background()
 	// Finish one and fail another: only the third may renew.
@@ -256,9 +214,9 @@ func TestRenewExtendsOnlyLiveExactLeases(t *testing.T) {
 
 func TestSucceedManyDecidesEachJobByItsOwnLease(t *testing.T) {
 	pool, _ := pgtest.NewDatabase(t)
-	ids := insertJobs(t, pool, 3, 3)
+	ids := pgtest.InsertN(t, pool, 3, pg.NewJob{MaxAttempts: 3})
 	cs := claim(t, pool, "worker-aaaa", 3, time.Minute).Claimed
-	expire(t, pool, ids[1])
+	pgtest.ExpireLease(t, pool, ids[1], time.Millisecond)
 	ctx := context.Background()
 	var won []lease.Won
 	err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
@@ -284,7 +242,7 @@ func TestSucceedManyDecidesEachJobByItsOwnLease(t *testing.T) {
 // victim's owner still needs the victim's private claim id.
 func TestRenewAndSucceedRefuseAnotherOwnersClaim(t *testing.T) {
 	pool, _ := pgtest.NewDatabase(t)
-	insertJobs(t, pool, 2, 3)
+	pgtest.InsertN(t, pool, 2, pg.NewJob{MaxAttempts: 3})
 	ctx := context.Background()
 	mine := claim(t, pool, "worker-mine", 1, time.Minute).Claimed[0]
 	theirs := claim(t, pool, "worker-theirs", 1, time.Minute).Claimed[0]

@@ -33,7 +33,7 @@ func queueRow(t *testing.T, db pg.DBTX, id uuid.UUID) (claimableAt time.Time, ok
 func TestEveryTransitionKeepsTheClaimQueueInStep(t *testing.T) {
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
-	ids := insertJobs(t, pool, 5, 3)
+	ids := pgtest.InsertN(t, pool, 5, pg.NewJob{MaxAttempts: 3})
 	for _, id := range ids {
 		at, ok := queueRow(t, pool, id)
 		var avail time.Time
@@ -91,7 +91,7 @@ func TestEveryTransitionKeepsTheClaimQueueInStep(t *testing.T) {
 
 	// Cancellation removes the row of a RUNNING and of a PENDING job.
 	for _, id := range []uuid.UUID{res.Claimed[4].JobID, res.Claimed[3].JobID} {
-		out, err := pg.CancelJob(ctx, pool, pg.CancelParams{PrincipalScopeHash: hexSHA("owner"), JobID: id, CancellationKeyHash: hexSHA(id.String())})
+		out, err := pg.CancelJob(ctx, pool, pg.CancelParams{PrincipalScopeHash: pgtest.SHA("owner"), JobID: id, CancellationKeyHash: pgtest.SHA(id.String())})
 		if err != nil || !out.Cancelled {
 			t.Fatalf("cancel: %v %+v", err, out)
 		}
@@ -102,12 +102,12 @@ func TestEveryTransitionKeepsTheClaimQueueInStep(t *testing.T) {
 	pgtest.AssertClaimQueueConsistent(t, pool)
 
 	// An exhausted expired lease leaves the queue when the claim fails it.
-	last := insertJobs(t, pool, 1, 1)[0]
+	last := pgtest.InsertN(t, pool, 1, pg.NewJob{MaxAttempts: 1})[0]
 	c := claim(t, pool, "worker-queue-a", 1, time.Minute)
 	if len(c.Claimed) != 1 || c.Claimed[0].JobID != last {
 		t.Fatalf("claim single-attempt job: %+v", c)
 	}
-	expire(t, pool, last)
+	pgtest.ExpireLease(t, pool, last, time.Millisecond)
 	if got := claim(t, pool, "worker-queue-b", 10, time.Minute); got.Exhausted != 1 {
 		t.Fatalf("exhausted %d, want 1", got.Exhausted)
 	}
@@ -124,7 +124,7 @@ func TestEveryTransitionKeepsTheClaimQueueInStep(t *testing.T) {
 func TestClaimRechecksTheJobRowNotTheQueueHint(t *testing.T) {
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
-	ids := insertJobs(t, pool, 1, 3)
+	ids := pgtest.InsertN(t, pool, 1, pg.NewJob{MaxAttempts: 3})
 	first := claim(t, pool, "worker-hint-a", 1, time.Hour)
 	if len(first.Claimed) != 1 {
 		t.Fatal("first claim failed")
@@ -204,7 +204,7 @@ func TestClaimRenewAndFinishOfJobRowsAreHOT(t *testing.T) {
 	if err := conn.QueryRow(ctx, `SELECT array_to_string(reloptions, ',') FROM pg_class WHERE oid = 'etl_job_records'::regclass`).Scan(&ff); err != nil || ff != "fillfactor=40" {
 		t.Fatalf("etl_job_records options %q (%v), want fillfactor=40", ff, err)
 	}
-	insertJobs(t, pool, n, 3)
+	pgtest.InsertN(t, pool, n, pg.NewJob{MaxAttempts: 3})
 	refs := claimAll("worker-hot-aaaa")
 	if _, err := lease.Succeed(ctx, pool, "worker-hot-aaaa", refs); err != nil {
 		t.Fatal(err)
@@ -213,7 +213,7 @@ func TestClaimRenewAndFinishOfJobRowsAreHOT(t *testing.T) {
 	if _, err := conn.Exec(ctx, `ALTER TABLE etl_job_records SET (fillfactor = 20)`); err != nil {
 		t.Fatal(err)
 	}
-	insertJobs(t, pool, n, 3)
+	pgtest.InsertN(t, pool, n, pg.NewJob{MaxAttempts: 3})
 	refs = claimAll("worker-hot-bbbb")
 	step("renew", func(tx pgx.Tx) error {
 		_, err := lease.Renew(ctx, tx, "worker-hot-bbbb", refs, time.Hour)
@@ -234,7 +234,7 @@ func TestClaimRenewAndFinishOfJobRowsAreHOT(t *testing.T) {
 func TestQueueRowsFollowDeletedJobsAndOrphansAreSkippedAndPruned(t *testing.T) {
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
-	ids := insertJobs(t, pool, 3, 3)
+	ids := pgtest.InsertN(t, pool, 3, pg.NewJob{MaxAttempts: 3})
 	if _, err := pool.Exec(ctx, `DELETE FROM etl_job_records WHERE job_record_id = $1`, ids[0]); err != nil {
 		t.Fatal(err)
 	}
@@ -266,9 +266,9 @@ func TestQueueRowsFollowDeletedJobsAndOrphansAreSkippedAndPruned(t *testing.T) {
 func TestRenewAndSucceedTellTwoClaimsOfOneJobApart(t *testing.T) {
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
-	id := insertJobs(t, pool, 1, 3)[0]
+	id := pgtest.InsertN(t, pool, 1, pg.NewJob{MaxAttempts: 3})[0]
 	old := claim(t, pool, "worker-twice-1", 1, time.Minute).Claimed[0]
-	expire(t, pool, id)
+	pgtest.ExpireLease(t, pool, id, time.Millisecond)
 	cur := claim(t, pool, "worker-twice-1", 1, time.Minute).Claimed[0]
 	if cur.JobID != id || cur.ClaimID == old.ClaimID {
 		t.Fatalf("reclaim: %+v", cur)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mightyetl/mightyetl/internal/lease"
+	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 )
 
@@ -17,7 +18,7 @@ import (
 func TestRenewSkipsLockedRowsAndReportsThemBusy(t *testing.T) {
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
-	insertJobs(t, pool, 2, 3)
+	pgtest.InsertN(t, pool, 2, pg.NewJob{MaxAttempts: 3})
 	res := claim(t, pool, "worker-renew-locked", 2, time.Minute)
 	if len(res.Claimed) != 2 {
 		t.Fatalf("claimed %d", len(res.Claimed))
