@@ -49,7 +49,7 @@ const maxVariantN = 100_000
 func (h *harness) throughputConfig() worker.Config {
 	// PollInterval matches the River peer's FetchPollInterval (20 ms).
 	return worker.Config{Concurrency: h.o.Concurrency, FinishBatch: h.o.FinishBatch, Completers: h.o.Completers,
-		PollInterval: 20 * time.Millisecond}
+		PollInterval: 20 * time.Millisecond, ClaimCooldown: h.o.ClaimCooldown, FinishLinger: h.o.FinishLinger}
 }
 
 func (h *harness) throughputSettings(cfg worker.Config, execConns int32) map[string]string {
@@ -60,6 +60,7 @@ func (h *harness) throughputSettings(cfg worker.Config, execConns int32) map[str
 		"exec_conns":   strconv.Itoa(int(execConns)),
 		"lease":        "30s", "renew_interval": "10s", "poll_interval": cfg.PollInterval.String(),
 		"fencing": "exact", "ledger": "on", "outbox": "on",
+		"claim_cooldown": cfg.ClaimCooldown.String(), "finish_linger": cfg.FinishLinger.String(),
 	}
 }
 

@@ -56,6 +56,9 @@ type options struct {
 	FinishBatch int `json:"finish_batch"`
 	Completers  int `json:"completers"`
 	ExecConns   int `json:"exec_conns"`
+	// ClaimCooldown and FinishLinger override the worker's (0: its default).
+	ClaimCooldown time.Duration `json:"claim_cooldown_ns,omitempty"`
+	FinishLinger  time.Duration `json:"finish_linger_ns,omitempty"`
 	// Variants are the burndown cost variants run besides the default.
 	Variants []string `json:"variants"`
 	// ScaleSizes are the PENDING backlog sizes compared by scale.
@@ -149,6 +152,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.Concurrency, "concurrency", 2000, "burndown/continuous worker execution slots; also the River peer's MaxWorkers (River's benchmark: 2,000)")
 	fs.IntVar(&o.FinishBatch, "finish-batch", 256, "burndown/continuous worker FinishBatch")
 	fs.IntVar(&o.Completers, "completers", 4, "burndown/continuous worker Completers")
+	fs.DurationVar(&o.ClaimCooldown, "claim-cooldown", 0, "burndown/continuous worker ClaimCooldown (0: the worker's default)")
+	fs.DurationVar(&o.FinishLinger, "finish-linger", 0, "burndown/continuous worker FinishLinger (0: the worker's default)")
 	fs.IntVar(&o.ExecConns, "exec-conns", 0, "burndown/continuous worker execution pool size (0: as cmd/worker sizes it)")
 	variants := fs.String("variants", "", "burndown cost variants at min(n,100000) (no-outbox, no-outbox-no-ledger, custom-plans, default); empty for none")
 	fs.DurationVar(&o.ExplainSlower, "explain-slower-than", 0, "profiling: auto_explain (analyze, buffers) every statement slower than this into the server log")

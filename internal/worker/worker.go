@@ -441,6 +441,18 @@ func (w *Worker) runOnce(ctx context.Context) {
 		if len(res.Claimed)+res.Exhausted < free {
 			return
 		}
+		// Claim again at once only while at least half the slots are idle
+		// (a backlog meeting a mostly empty worker). Otherwise let the slots
+		// that free meanwhile gather for ClaimCooldown: short jobs finish
+		// during the claim round trip, and claiming for each handful at once
+		// split the slots into cohorts of half a batch, doubling the claims
+		// per job (measured at 8 slots: 4.0 jobs per claim, 8 after).
+		w.mu.Lock()
+		idle := min(w.cfg.Concurrency-w.running, w.cfg.maxLive()-len(w.live))
+		w.mu.Unlock()
+		if idle*2 < w.cfg.Concurrency {
+			return
+		}
 	}
 }
 
