@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -17,6 +18,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/health"
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/metrics"
+	"github.com/mightyetl/mightyetl/internal/startstop"
 	"github.com/mightyetl/mightyetl/internal/tracing"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -178,21 +180,21 @@ func NewHandler(opts Options) (http.Handler, error) {
 }
 
 // Server serves the HTTP API on one listener. Start and Stop follow the
-// house shape: Start returns once listening, Stop drains and is safe to call
-// twice.
+// house shape (internal/startstop): Start returns once listening, Stop
+// drains and is safe to call twice and concurrently. A Server runs once: a
+// second Start returns startstop.ErrAlreadyStarted, a Start after Stop
+// startstop.ErrStopped.
 type Server struct {
 	opts    Options
 	handler http.Handler
 	srv     *http.Server
+	ss      startstop.Base
+	// forced is set when the drain's context ended and the remaining
+	// connections were closed.
+	forced atomic.Bool
 
-	mu       sync.Mutex
-	ln       net.Listener
-	served   chan struct{}
-	serveErr error
-	stopped  bool
-	// the console's rate sampler (nil without a console)
-	sampleStop context.CancelFunc
-	sampleDone chan struct{}
+	mu sync.Mutex
+	ln net.Listener // set by Start
 }
 
 // NewServer builds a Server; it does not listen until Start.
@@ -224,36 +226,54 @@ func (s *Server) Handler() http.Handler { return s.handler }
 func (s *Server) Console() *console.Console { return s.opts.Console }
 
 // Start listens on Options.Addr and serves in the background. It returns
-// the listen error, if any; ctx bounds only the start-up.
+// the listen error, if any (the server is then stopped: it runs once); ctx
+// bounds only the start-up.
 func (s *Server) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ln != nil {
-		return errors.New("httpapi: server already started")
-	}
+	return s.ss.Start(ctx, s.start)
+}
+
+func (s *Server) start(ctx context.Context) (startstop.StopFunc, error) {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", s.opts.Addr)
 	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+		return nil, fmt.Errorf("listen: %w", err)
 	}
-	s.ln, s.served = ln, make(chan struct{})
-	if c := s.opts.Console; c != nil {
-		sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-		s.sampleStop, s.sampleDone = stop, make(chan struct{})
-		go func() {
-			defer close(s.sampleDone)
-			c.Run(sctx)
-		}()
-	}
+	s.mu.Lock()
+	s.ln = ln
+	s.mu.Unlock()
+	// the console's rate sampler (none without a console)
+	sampleCtx, stopSampling := context.WithCancel(context.WithoutCancel(ctx))
+	sampled := make(chan struct{})
 	go func() {
-		defer close(s.served)
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.mu.Lock()
-			s.serveErr = err
-			s.mu.Unlock()
+		defer close(sampled)
+		if c := s.opts.Console; c != nil {
+			c.Run(sampleCtx)
 		}
 	}()
-	return nil
+	served := make(chan error, 1)
+	go func() {
+		err := s.srv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		served <- err
+	}()
+	return func(ctx context.Context) error {
+		stopSampling()
+		if err := s.srv.Shutdown(ctx); err != nil {
+			// The first Stop's ctx ended: drop the requests still running.
+			// That Stop returns ctx.Err(); the server is stopped all the
+			// same, so a later Stop returns nil.
+			s.forced.Store(true)
+			_ = s.srv.Close()
+		}
+		serveErr := <-served // Serve returns as soon as Shutdown or Close began
+		<-sampled
+		if serveErr != nil {
+			return fmt.Errorf("serve http: %w", serveErr)
+		}
+		return nil
+	}, nil
 }
 
 // Addr is the listening address (host:port) once started, else Options.Addr.
@@ -267,33 +287,16 @@ func (s *Server) Addr() string {
 }
 
 // Stop stops accepting connections and waits for in-flight requests until
-// ctx ends, then closes what remains. It is safe to call twice and before
-// Start.
+// ctx ends, then closes what remains and returns ctx.Err(). A
+// Stop that joins one already running waits for it, or returns ctx.Err()
+// when its own ctx ends first. Safe to call twice, concurrently, and before
+// Start (a later Start then returns startstop.ErrStopped).
 func (s *Server) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	if s.ln == nil || s.stopped {
-		s.mu.Unlock()
-		return nil
+	err := s.ss.Stop(ctx)
+	if err == nil && ctx.Err() != nil && s.forced.Load() {
+		// The stop finished just as ctx ended, by closing what ctx did not
+		// let drain: report the ended ctx whichever of the two Base saw.
+		return ctx.Err()
 	}
-	s.stopped = true
-	served := s.served
-	if s.sampleStop != nil {
-		s.sampleStop()
-		<-s.sampleDone
-	}
-	s.mu.Unlock()
-	err := s.srv.Shutdown(ctx)
-	if err != nil {
-		_ = s.srv.Close()
-	}
-	<-served
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err != nil {
-		return fmt.Errorf("stop http server: %w", err)
-	}
-	if s.serveErr != nil {
-		return fmt.Errorf("serve http: %w", s.serveErr)
-	}
-	return nil
+	return err
 }
