@@ -129,9 +129,9 @@ func newStack(t *testing.T, withWorker bool, opts ...stackOption) *stack {
 		h.ServeHTTP(w, r)
 	}))
 	t.Cleanup(s.srv.Close)
-	bridge, err := natsbridge.Start(context.Background(), natsbridge.Options{NATS: icfg.NATS, Pool: pools.Relay, Service: svc,
+	bridge := natsbridge.New(natsbridge.Options{NATS: icfg.NATS, Pool: pools.Relay, Service: svc,
 		MaxRequestBytes: icfg.MaxPayloadBytes, Name: "mightyetl-client-test", Registry: prometheus.NewRegistry(), Log: log})
-	if err != nil {
+	if err := bridge.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

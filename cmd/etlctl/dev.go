@@ -160,9 +160,9 @@ func runDev(args []string) int {
 			_ = stoppers[i](stopCtx)
 		}
 	}()
-	bridge, err := natsbridge.Start(ctx, natsbridge.Options{NATS: icfg.NATS, Pool: pools.Relay, Service: svc,
+	bridge := natsbridge.New(natsbridge.Options{NATS: icfg.NATS, Pool: pools.Relay, Service: svc,
 		MaxRequestBytes: icfg.MaxPayloadBytes, Name: "mightyetl-dev", Registry: reg, Log: log})
-	if err != nil {
+	if err := bridge.Start(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "etlctl dev: %v\n", err)
 		return 1
 	}

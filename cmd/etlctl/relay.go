@@ -46,9 +46,9 @@ func runRelay(args []string) int {
 		return 1
 	}
 	defer pool.Close()
-	b, err := natsbridge.Start(ctx, natsbridge.Options{NATS: nc, Pool: pool, Name: "mightyetl-relay",
+	b := natsbridge.New(natsbridge.Options{NATS: nc, Pool: pool, Name: "mightyetl-relay",
 		Registry: prometheus.NewRegistry(), Log: log})
-	if err != nil {
+	if err := b.Start(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "etlctl relay: %v\n", err)
 		return 1
 	}

@@ -100,13 +100,13 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "intake: %v\n", err)
 		return 2
 	}
-	bridge, err := natsbridge.Start(ctx, natsbridge.Options{NATS: cfg.NATS, Pool: pools.Relay, Service: svc,
+	bridge := natsbridge.New(natsbridge.Options{NATS: cfg.NATS, Pool: pools.Relay, Service: svc,
 		MaxRequestBytes: cfg.MaxPayloadBytes, Name: "mightyetl-intake", Registry: reg, Log: log})
-	if err != nil {
+	if err := bridge.Start(ctx); err != nil {
 		fmt.Fprintf(stderr, "intake: %v\n", err)
 		return 1
 	}
-	if bridge == nil {
+	if !bridge.Enabled() {
 		log.Info("NATS_URL not set; no outbox relay or request consumer (workers poll)")
 	}
 	if c := srv.Console(); c != nil {

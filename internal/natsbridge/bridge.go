@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
@@ -21,10 +22,13 @@ import (
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/outbox"
+	"github.com/mightyetl/mightyetl/internal/startstop"
 )
 
-// Options configure Start.
+// Options configure a Bridge.
 type Options struct {
+	// NATS is the connection and subject configuration; a NATS_URL that is
+	// not set (NATS.Enabled false) makes a bridge that runs nothing.
 	NATS config.NATS
 	Pool *pgxpool.Pool
 	// Service receives NATS job requests; nil runs the relay only.
@@ -32,24 +36,48 @@ type Options struct {
 	// MaxRequestBytes caps a request message (the intake's payload limit).
 	MaxRequestBytes int
 	// Name identifies the connection in NATS monitoring.
-	Name     string
+	Name string
+	// Registry receives the events and outbox metrics at Start (only when
+	// NATS is configured); nil registers nothing.
 	Registry prometheus.Registerer
 	Log      *slog.Logger
 }
 
-// Bridge is a running relay (and request consumer).
+// Bridge is the relay (and request consumer) of one process with their
+// NATS connection. Create it with New; run it with Start and Stop, which
+// follow internal/startstop: it runs once, Stop is safe to call twice,
+// concurrently and before Start, and returns ctx.Err() when the caller's
+// context ends. The nil *Bridge is a bridge that is not configured.
 type Bridge struct {
+	o  Options
+	ss startstop.Base
+
+	mu       sync.Mutex // guards nc for RelayState
 	nc       *nats.Conn
 	relay    *outbox.Relay
 	consumer *events.RequestConsumer
 }
 
-// Start connects and starts the relay and, when o.NATS.RequestsEnabled and
-// o.Service is set, the request consumer. It returns (nil, nil) when NATS is
-// not configured.
-func Start(ctx context.Context, o Options) (*Bridge, error) {
+// New returns the bridge of o, not yet connected.
+func New(o Options) *Bridge { return &Bridge{o: o} }
+
+// Enabled reports whether NATS is configured (NATS_URL set); a bridge that
+// is not runs nothing.
+func (b *Bridge) Enabled() bool { return b != nil && b.o.NATS.Enabled() }
+
+// Start connects and starts the relay and, when NATS.RequestsEnabled and
+// Service is set, the request consumer. Without NATS configured it starts
+// nothing and returns nil. An error leaves nothing running (the bridge is
+// then stopped); a second Start returns startstop.ErrAlreadyStarted, a
+// Start after Stop startstop.ErrStopped.
+func (b *Bridge) Start(ctx context.Context) error {
+	return b.ss.Start(ctx, b.start)
+}
+
+func (b *Bridge) start(ctx context.Context) (startstop.StopFunc, error) {
+	o := b.o
 	if !o.NATS.Enabled() {
-		return nil, nil
+		return func(context.Context) error { return nil }, nil
 	}
 	em := metrics.NewEvents(o.Registry)
 	nc, err := events.Connect(ctx, events.Options{URL: o.NATS.URL, Name: o.Name, CredsFile: o.NATS.CredsFile,
@@ -57,58 +85,70 @@ func Start(ctx context.Context, o Options) (*Bridge, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect NATS: %w", err)
 	}
-	b := &Bridge{nc: nc}
-	b.relay, err = outbox.New(o.Pool, nc, o.NATS.SubjectPrefix, o.Log, metrics.NewOutbox(o.Registry),
+	relay, err := outbox.New(o.Pool, nc, o.NATS.SubjectPrefix, o.Log, metrics.NewOutbox(o.Registry),
 		outbox.Options{PollInterval: o.NATS.OutboxPollInterval, BatchSize: o.NATS.OutboxBatchSize})
 	if err == nil {
-		err = b.relay.Start(ctx)
+		err = relay.Start(ctx)
 	}
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("start outbox relay: %w", err)
 	}
+	var consumer *events.RequestConsumer
 	if o.NATS.RequestsEnabled && o.Service != nil {
-		b.consumer, err = events.NewRequestConsumer(nc, o.NATS.SubjectPrefix, intake.NATSRequests{Service: o.Service},
+		consumer, err = events.NewRequestConsumer(nc, o.NATS.SubjectPrefix, intake.NATSRequests{Service: o.Service},
 			o.Log, em, events.RequestConsumerOptions{MaxRequestBytes: int32(o.MaxRequestBytes), Concurrency: o.NATS.RequestConcurrency,
 				MaxDeliveries: o.NATS.RequestMaxDeliveries, StreamMaxBytes: int64(o.NATS.RequestsMaxBytes),
 				StreamMaxPerPrincipal: int64(o.NATS.RequestsMaxPerPrincipal)})
 		if err == nil {
-			err = b.consumer.Start(ctx)
+			err = consumer.Start(ctx)
 		}
 		if err != nil {
-			_ = b.relay.Stop(ctx)
+			_ = relay.Stop(context.WithoutCancel(ctx))
 			nc.Close()
 			return nil, fmt.Errorf("start request consumer: %w", err)
 		}
 	}
-	return b, nil
+	b.mu.Lock()
+	b.nc, b.relay, b.consumer = nc, relay, consumer
+	b.mu.Unlock()
+	return b.stop, nil
+}
+
+// stop stops the consumer, then the relay, then closes the connection. It
+// waits for both even after ctx ended (each is bounded: the consumer by its
+// handler timeout, the relay by its batch), so the connection is never
+// closed under a part still using it; Stop returns ctx.Err() meanwhile.
+func (b *Bridge) stop(ctx context.Context) error {
+	wait := context.WithoutCancel(ctx)
+	if b.consumer != nil {
+		_ = b.consumer.Stop(wait)
+	}
+	_ = b.relay.Stop(wait)
+	b.nc.Close()
+	return nil
 }
 
 // Stop stops the consumer, then the relay, then closes the connection. Safe
-// on a nil Bridge and safe to call twice.
+// on a nil Bridge.
 func (b *Bridge) Stop(ctx context.Context) error {
 	if b == nil {
 		return nil
 	}
-	var err error
-	if b.consumer != nil {
-		err = b.consumer.Stop(ctx)
-	}
-	if e := b.relay.Stop(ctx); err == nil {
-		err = e
-	}
-	b.nc.Close()
-	return err
+	return b.ss.Stop(ctx)
 }
 
 // RelayState is the outbox relay's NATS state for the operator console:
-// "connected", "disconnected", or "not configured" (nil Bridge: NATS_URL
-// unset).
+// "connected", "disconnected" (also before Start and after Stop), or "not
+// configured" (NATS_URL unset, or a nil Bridge).
 func (b *Bridge) RelayState() string {
-	if b == nil || b.nc == nil {
+	if !b.Enabled() {
 		return "not configured"
 	}
-	if b.nc.IsConnected() {
+	b.mu.Lock()
+	nc := b.nc
+	b.mu.Unlock()
+	if nc != nil && nc.IsConnected() {
 		return "connected"
 	}
 	return "disconnected"

@@ -209,12 +209,12 @@ func TestRedeliveryAfterCommitConverges(t *testing.T) {
 // stopped when the test ends, and waits until its request stream exists.
 func startRequestBridge(t *testing.T, pool *pgxpool.Pool, js jetstream.JetStream, url, prefix, name string) {
 	t.Helper()
-	b, err := natsbridge.Start(context.Background(), natsbridge.Options{
+	b := natsbridge.New(natsbridge.Options{
 		NATS: config.NATS{URL: url, SubjectPrefix: prefix, RequestsEnabled: true, OutboxPollInterval: time.Second, OutboxBatchSize: 100},
 		Pool: pool, Service: service(t, pool), MaxRequestBytes: 64 << 10, Name: name,
 		Registry: prometheus.NewRegistry(),
 	})
-	if err != nil {
+	if err := b.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Stop(context.Background()) })
