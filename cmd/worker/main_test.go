@@ -3,8 +3,6 @@ package main_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -73,21 +71,6 @@ func startWorker(t *testing.T, env ...string) *proc {
 	return p
 }
 
-func sha(s string) string {
-	h := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(h[:])
-}
-
-func insertJob(t *testing.T, pool *pgxpool.Pool, kind, payload string) uuid.UUID {
-	t.Helper()
-	ins, err := pg.InsertJobs(context.Background(), pool, []pg.NewJob{{Kind: kind, PrincipalScopeHash: sha("p"),
-		SubmissionKeyHash: sha(uuid.NewString()), RequestDigest: sha(payload), Payload: payload, MaxAttempts: 3}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ins[0].JobID
-}
-
 func statusOf(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) (status string, owner *string) {
 	t.Helper()
 	if err := pool.QueryRow(context.Background(), `SELECT job_status, lease_owner_id FROM etl_job_records WHERE job_record_id=$1`, id).Scan(&status, &owner); err != nil {
@@ -98,10 +81,11 @@ func statusOf(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) (status string, ow
 
 func TestBinaryRunsJobsAndDrainsOnSIGTERM(t *testing.T) {
 	pool, url := pgtest.NewDatabase(t)
-	var ids []uuid.UUID
-	for i := range 20 {
-		ids = append(ids, insertJob(t, pool, pg.KindETLRecords, fmt.Sprintf(`[{"id":"r%d","name":"ada","email":"ADA@EXAMPLE.COM","amount":"1.005"}]`, i)))
+	jobs := make([]pg.NewJob, 20)
+	for i := range jobs {
+		jobs[i] = pg.NewJob{Kind: pg.KindETLRecords, Payload: fmt.Sprintf(`[{"id":"r%d","name":"ada","email":"ADA@EXAMPLE.COM","amount":"1.005"}]`, i)}
 	}
+	ids := pgtest.InsertJobs(t, pool, jobs...)
 	p := startWorker(t, "DATABASE_URL="+url, "MIGHTYETL_METRICS_ADDR=127.0.0.1:0", "MIGHTYETL_WORKER_POLL_INTERVAL=50ms")
 	testwait.For(t, time.Minute, "jobs succeeded", func() bool {
 		var n int
@@ -172,7 +156,7 @@ func TestBinaryRejectsBadConfigurationWithOneLine(t *testing.T) {
 func TestSIGKILLedWorkersJobIsReclaimedAfterDatabaseExpiry(t *testing.T) {
 	pool, url := pgtest.NewDatabase(t)
 	payload := `{"durationMillis":1500,"records":[{"id":"k1"},{"id":"k2"}],"failWith":null}`
-	id := insertJob(t, pool, pg.KindDiagnostic, payload)
+	id := pgtest.InsertJobs(t, pool, pg.NewJob{Kind: pg.KindDiagnostic, Payload: payload})[0]
 	common := []string{"DATABASE_URL=" + url, "MIGHTYETL_METRICS_ADDR=127.0.0.1:0", "MIGHTYETL_WORKER_POLL_INTERVAL=50ms",
 		"MIGHTYETL_LEASE_DURATION=2s", "MIGHTYETL_LEASE_RENEW_INTERVAL=500ms", "MIGHTYETL_LEASE_SAFETY_MARGIN=500ms"}
 	a := startWorker(t, append(common, "MIGHTYETL_WORKER_ID=crash-worker-a")...)

@@ -15,6 +15,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/pgtest"
 )
 
 func TestSubmitAccepted(t *testing.T) {
@@ -200,14 +201,11 @@ func intakeScope(principal string) string { return auth.ScopeHash(testHashKey, p
 
 func TestPagination(t *testing.T) {
 	e := newEnv(t)
-	ctx := context.Background()
 	var jobs []pg.NewJob
 	for i := range 250 {
 		jobs = append(jobs, newTestJob(t, "alice", fmt.Sprintf("key-page-%011d", i)))
 	}
-	if _, err := pg.InsertJobs(ctx, e.pool, jobs); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.InsertJobs(t, e.pool, jobs...)
 	seen := map[string]int{}
 	var order []intake.JobView
 	path := "/api/etl/jobs?limit=100"

@@ -1,12 +1,10 @@
 package metrics_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
@@ -15,15 +13,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-const hex64 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-
 // The pool collector exports each named pool's statistics at scrape time,
 // and the oldest-pending collector the age of the oldest claimable job by
 // the database clock (0 with none): the dashboard's pool saturation and
 // oldest pending age panels read them.
 func TestPoolAndOldestPendingCollectors(t *testing.T) {
 	pool, _ := pgtest.NewDatabase(t)
-	ctx := context.Background()
 	reg := prometheus.NewRegistry()
 	metrics.RegisterPools(reg, map[string]*pgxpool.Pool{"requests": pool, "absent": nil})
 	metrics.RegisterOldestPending(reg, pool)
@@ -36,14 +31,8 @@ mightyetl_oldest_pending_age_seconds 0
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "mightyetl_oldest_pending_age_seconds"); err != nil {
 		t.Fatal(err)
 	}
-	ins, err := pg.InsertJobs(ctx, pool, []pg.NewJob{{JobID: uuid.New(), Kind: pg.KindETLRecords, PrincipalScopeHash: hex64,
-		SubmissionKeyHash: hex64, RequestDigest: hex64, Payload: `[{"id":"a"}]`, MaxAttempts: 3}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, pgtest.MakeAvailableSQL, ins[0].JobID, (90 * time.Second).Microseconds()); err != nil {
-		t.Fatal(err)
-	}
+	id := pgtest.InsertJobs(t, pool, pg.NewJob{Payload: `[{"id":"a"}]`})[0]
+	pgtest.MakeAvailable(t, pool, id, 90*time.Second)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -479,17 +478,7 @@ func TestNotifyWakesTheRelayLongBeforeThePoll(t *testing.T) {
 	testwait.For(t, 10*time.Second, "LISTEN established", func() bool { return notified() >= 1 })
 	before := notified()
 
-	_, err = pg.InsertJobs(t.Context(), f.pool, []pg.NewJob{{
-		Kind:               pg.KindETLRecords,
-		PrincipalScopeHash: strings.Repeat("a", 64),
-		SubmissionKeyHash:  strings.Repeat("b", 64),
-		RequestDigest:      strings.Repeat("c", 64),
-		Payload:            `[]`,
-		MaxAttempts:        3,
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pgtest.InsertJobs(t, f.pool, pg.NewJob{})
 	// Far less than the 30s poll: only the notification can explain it.
 	if _, err := sub.NextMsg(10 * time.Second); err != nil {
 		t.Fatalf("no wake-up before the poll interval: %v", err)
@@ -731,14 +720,7 @@ func TestSucceedWritesOneGroupRowPerFinishGroup(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, "")
 	ctx := t.Context()
-	jobs := make([]pg.NewJob, 4)
-	for i := range jobs {
-		jobs[i] = pg.NewJob{Kind: pg.KindDiagnostic, PrincipalScopeHash: strings.Repeat("a", 64),
-			SubmissionKeyHash: fmt.Sprintf("%064x", i+1), RequestDigest: strings.Repeat("b", 64), Payload: "{}", MaxAttempts: 3}
-	}
-	if _, err := pg.InsertJobs(ctx, f.pool, jobs); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.InsertN(t, f.pool, 4, pg.NewJob{Kind: pg.KindDiagnostic, Payload: "{}"})
 	if _, err := f.pool.Exec(ctx, `DELETE FROM etl_outbox_events`); err != nil {
 		t.Fatal(err)
 	}

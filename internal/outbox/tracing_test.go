@@ -2,13 +2,12 @@ package outbox
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"testing"
 
 	"github.com/mightyetl/mightyetl/internal/events"
 	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/pgtest"
 	"github.com/mightyetl/mightyetl/internal/tracing"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -24,17 +23,9 @@ func TestLifecycleEventsCarryTheSubmitTraceparent(t *testing.T) {
 
 	f := newFixture(t, "")
 	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-	sha := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
-	newJob := func(key, tp string) pg.NewJob {
-		return pg.NewJob{Kind: pg.KindETLRecords, PrincipalScopeHash: sha(key + "-owner"), SubmissionKeyHash: sha(key),
-			RequestDigest: sha("[]"), Payload: "[]", MaxAttempts: 3, SubmitTraceparent: tp}
-	}
-	ins, err := pg.InsertJobs(t.Context(), f.pool, []pg.NewJob{newJob("traced", traceparent), newJob("untraced", "")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ids := pgtest.InsertJobs(t, f.pool, pg.NewJob{SubmitTraceparent: traceparent}, pg.NewJob{})
 	traced, untraced := lifecycle("SUCCEEDED", ""), lifecycle("SUCCEEDED", "")
-	traced.jobID, untraced.jobID = ins[0].Job.JobID, ins[1].Job.JobID
+	traced.jobID, untraced.jobID = ids[0], ids[1]
 	f.insert(t, traced, untraced)
 	r := f.relay(t, nil, Options{})
 	if _, err := r.RunOnce(t.Context()); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/pgtest"
 )
 
 // grantedFunction is one function the grant script lets the intake role
@@ -62,7 +63,7 @@ func TestIntakeRoleRunsEveryGrantedFunction(t *testing.T) {
 	admin, url := grantsSetup(t)
 	ctx := context.Background()
 	ip := rolePool(t, url, "mightyetl_intake_role")
-	owner, operator := sha("fn-owner"), sha("fn-operator")
+	owner, operator := pgtest.SHA("fn-owner"), pgtest.SHA("fn-operator")
 
 	// Four PENDING jobs of one owner (inserted as the intake); the admin,
 	// standing in for a worker, claims the oldest, so jobs[0] is RUNNING.
@@ -70,7 +71,7 @@ func TestIntakeRoleRunsEveryGrantedFunction(t *testing.T) {
 	for i := range 4 {
 		payload := `[{"id":"fn` + string(rune('0'+i)) + `"}]`
 		ins, err := pg.InsertJobs(ctx, ip, []pg.NewJob{{Kind: pg.KindETLRecords, PrincipalScopeHash: owner,
-			SubmissionKeyHash: sha("fn-key-" + payload), RequestDigest: sha(payload), Payload: payload, MaxAttempts: 2}})
+			SubmissionKeyHash: pgtest.SHA("fn-key-" + payload), RequestDigest: pgtest.SHA(payload), Payload: payload, MaxAttempts: 2}})
 		if err != nil {
 			t.Fatalf("submit as intake: %v", err)
 		}
@@ -142,7 +143,7 @@ func TestIntakeRoleRunsEveryGrantedFunction(t *testing.T) {
 			direct:    `SELECT * FROM etl_cancel_job(gen_random_uuid(), repeat('0', 64), repeat('0', 64))`,
 			asIntake: func(t *testing.T, ip *pgxpool.Pool) {
 				out, err := pg.CancelJob(ctx, ip, pg.CancelParams{PrincipalScopeHash: owner, JobID: ownerCancelled,
-					CancellationKeyHash: sha("fn-owner-cancel")})
+					CancellationKeyHash: pgtest.SHA("fn-owner-cancel")})
 				if err != nil || !out.Cancelled || out.PreviousStatus != pg.StatusPending {
 					t.Fatalf("owner cancel as intake: %+v, %v", out, err)
 				}
@@ -154,14 +155,14 @@ func TestIntakeRoleRunsEveryGrantedFunction(t *testing.T) {
 			asIntake: func(t *testing.T, ip *pgxpool.Pool) {
 				for id, previous := range map[uuid.UUID]string{running: pg.StatusRunning, operatorCancelled: pg.StatusPending} {
 					out, err := pg.OperatorCancelJob(ctx, ip, pg.OperatorCancelParams{JobID: id, OperatorScopeHash: operator,
-						CancellationKeyHash: sha("fn-operator-cancel-" + id.String())})
+						CancellationKeyHash: pgtest.SHA("fn-operator-cancel-" + id.String())})
 					if err != nil || !out.Cancelled || out.PreviousStatus != previous || out.Job.CancellationCode == nil ||
 						*out.Job.CancellationCode != pg.CodeCancelledByOperator {
 						t.Fatalf("operator cancel of a %s job as intake: %+v, %v", previous, out, err)
 					}
 				}
 				out, err := pg.OperatorCancelJob(ctx, ip, pg.OperatorCancelParams{JobID: running, OperatorScopeHash: operator,
-					CancellationKeyHash: sha("again")})
+					CancellationKeyHash: pgtest.SHA("again")})
 				if err != nil || out.Cancelled {
 					t.Fatalf("repeated operator cancel as intake: %+v, %v", out, err)
 				}
@@ -186,7 +187,7 @@ func TestIntakeRoleRunsEveryGrantedFunction(t *testing.T) {
 				// The owner's cancelled job (cancelled by the call above),
 				// replayed by the operator for its owner.
 				p := pg.OperatorReplayParams{SourceJobID: ownerCancelled, OperatorScopeHash: operator,
-					ReplayKeyHash: sha("fn-operator-replay"), RequestDigest: sha(ownerCancelledPayload), Payload: ownerCancelledPayload}
+					ReplayKeyHash: pgtest.SHA("fn-operator-replay"), RequestDigest: pgtest.SHA(ownerCancelledPayload), Payload: ownerCancelledPayload}
 				out, err := pg.OperatorReplayJob(ctx, ip, p)
 				if err != nil || !out.Created || out.Job.Status != pg.StatusPending || out.Job.Lineage == nil ||
 					out.Job.Lineage.SourceJobID != ownerCancelled {
@@ -199,7 +200,7 @@ func TestIntakeRoleRunsEveryGrantedFunction(t *testing.T) {
 				if err != nil || again.Created || again.Job.JobID != out.Job.JobID {
 					t.Fatalf("repeated operator replay as intake: %+v, %v", again, err)
 				}
-				p.ReplayKeyHash, p.RequestDigest, p.Payload = sha("fn-operator-replay-2"), sha("[]"), "[]"
+				p.ReplayKeyHash, p.RequestDigest, p.Payload = pgtest.SHA("fn-operator-replay-2"), pgtest.SHA("[]"), "[]"
 				if _, err := pg.OperatorReplayJob(ctx, ip, p); !errors.Is(err, pg.ErrReplayPayloadMismatch) {
 					t.Fatalf("operator replay with another body as intake: %v", err)
 				}

@@ -61,10 +61,7 @@ func TestWorkerRoleRunsLeasesAndNothingMore(t *testing.T) {
 	applyGrantScript(t, ctx, conn) // idempotent
 
 	payload := `[{"id":"g1"}]`
-	if _, err := pg.InsertJobs(ctx, pool, []pg.NewJob{{Kind: pg.KindETLRecords, PrincipalScopeHash: sha("owner"),
-		SubmissionKeyHash: sha("grant-key"), RequestDigest: sha(payload), Payload: payload, MaxAttempts: 2}}); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.InsertJobs(t, pool, pg.NewJob{Payload: payload, MaxAttempts: 2})
 	asWorker := func(fn func(tx pgx.Tx) error) error {
 		return pg.WithTx(ctx, conn, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, "SET LOCAL ROLE mightyetl_worker_role"); err != nil {
@@ -199,11 +196,11 @@ func TestIntakeRoleRunsItsStoreFunctionsAndNothingMore(t *testing.T) {
 	admin, url := grantsSetup(t)
 	ctx := context.Background()
 	ip := rolePool(t, url, "mightyetl_intake_role")
-	owner := sha("intake-owner")
+	owner := pgtest.SHA("intake-owner")
 
 	newJob := func(key, payload string) pg.NewJob {
-		return pg.NewJob{Kind: pg.KindETLRecords, PrincipalScopeHash: owner, SubmissionKeyHash: sha(key),
-			RequestDigest: sha(payload), Payload: payload, MaxAttempts: 2}
+		return pg.NewJob{Kind: pg.KindETLRecords, PrincipalScopeHash: owner, SubmissionKeyHash: pgtest.SHA(key),
+			RequestDigest: pgtest.SHA(payload), Payload: payload, MaxAttempts: 2}
 	}
 	ins, err := pg.InsertJobs(ctx, ip, []pg.NewJob{newJob("k1", `[{"id":"1"}]`), newJob("k2", `[{"id":"2"}]`)})
 	if err != nil || len(ins) != 2 || !ins[0].Created || !ins[1].Created {
@@ -233,7 +230,7 @@ func TestIntakeRoleRunsItsStoreFunctionsAndNothingMore(t *testing.T) {
 		t.Fatalf("claim: %v", err)
 	}
 	for _, id := range []uuid.UUID{ins[0].JobID, ins[1].JobID} {
-		out, err := pg.CancelJob(ctx, ip, pg.CancelParams{PrincipalScopeHash: owner, JobID: id, CancellationKeyHash: sha("cancel-" + id.String())})
+		out, err := pg.CancelJob(ctx, ip, pg.CancelParams{PrincipalScopeHash: owner, JobID: id, CancellationKeyHash: pgtest.SHA("cancel-" + id.String())})
 		if err != nil || !out.Cancelled {
 			t.Fatalf("cancel as intake: %+v, %v", out, err)
 		}
@@ -241,12 +238,12 @@ func TestIntakeRoleRunsItsStoreFunctionsAndNothingMore(t *testing.T) {
 			t.Fatalf("cancel of %v: previous status %s", id == running, out.PreviousStatus)
 		}
 	}
-	out, err := pg.CancelJob(ctx, ip, pg.CancelParams{PrincipalScopeHash: owner, JobID: running, CancellationKeyHash: sha("other")})
-	if err != nil || out.Cancelled || out.StoredKeyHash != sha("cancel-"+running.String()) {
+	out, err := pg.CancelJob(ctx, ip, pg.CancelParams{PrincipalScopeHash: owner, JobID: running, CancellationKeyHash: pgtest.SHA("other")})
+	if err != nil || out.Cancelled || out.StoredKeyHash != pgtest.SHA("cancel-"+running.String()) {
 		t.Fatalf("repeated cancel as intake: %+v, %v", out, err)
 	}
-	if _, err := pg.CancelJob(ctx, ip, pg.CancelParams{PrincipalScopeHash: sha("someone else"), JobID: ins[0].JobID,
-		CancellationKeyHash: sha("x")}); !errors.Is(err, pg.ErrNotFound) {
+	if _, err := pg.CancelJob(ctx, ip, pg.CancelParams{PrincipalScopeHash: pgtest.SHA("someone else"), JobID: ins[0].JobID,
+		CancellationKeyHash: pgtest.SHA("x")}); !errors.Is(err, pg.ErrNotFound) {
 		t.Fatalf("foreign cancel as intake: %v", err)
 	}
 	var revocations int
@@ -254,12 +251,12 @@ func TestIntakeRoleRunsItsStoreFunctionsAndNothingMore(t *testing.T) {
 		t.Fatalf("revocation rows = %d, %v", revocations, err)
 	}
 	rep, err := pg.ReplayJob(ctx, ip, pg.ReplayParams{PrincipalScopeHash: owner, SourceJobID: ins[0].JobID,
-		ReplayKeyHash: sha("replay-1"), RequestDigest: sha(`[{"id":"1"}]`), Payload: `[{"id":"1"}]`})
+		ReplayKeyHash: pgtest.SHA("replay-1"), RequestDigest: pgtest.SHA(`[{"id":"1"}]`), Payload: `[{"id":"1"}]`})
 	if err != nil || !rep.Created || rep.Job.Lineage == nil {
 		t.Fatalf("replay as intake: %+v, %v", rep, err)
 	}
-	if _, claimed, err := pg.ClaimLedgerEntry(ctx, ip, pg.LedgerEntry{PrincipalScopeHash: owner, IdempotencyKeyHash: sha("sync-1"),
-		RequestDigest: sha("body"), ResponseText: "{}"}); err != nil || !claimed {
+	if _, claimed, err := pg.ClaimLedgerEntry(ctx, ip, pg.LedgerEntry{PrincipalScopeHash: owner, IdempotencyKeyHash: pgtest.SHA("sync-1"),
+		RequestDigest: pgtest.SHA("body"), ResponseText: "{}"}); err != nil || !claimed {
 		t.Fatalf("ledger as intake: %v, %v", claimed, err)
 	}
 	if _, err := ip.Exec(ctx, `INSERT INTO processed_data (data, normalized_record) VALUES ('ID:s1,', '{"ID":"s1"}')`); err != nil {
@@ -306,13 +303,9 @@ func TestIntakeRoleRunsItsStoreFunctionsAndNothingMore(t *testing.T) {
 func TestRelayRoleRelaysTheOutboxAndNothingMore(t *testing.T) {
 	admin, url := grantsSetup(t)
 	ctx := context.Background()
-	owner := sha("relay-owner")
-	ins, err := pg.InsertJobs(ctx, admin, []pg.NewJob{{Kind: pg.KindETLRecords, PrincipalScopeHash: owner,
-		SubmissionKeyHash: sha("relay-key"), RequestDigest: sha("[]"), Payload: "[]", MaxAttempts: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pg.CancelJob(ctx, admin, pg.CancelParams{PrincipalScopeHash: owner, JobID: ins[0].JobID, CancellationKeyHash: sha("c")}); err != nil {
+	owner := pgtest.SHA("relay-owner")
+	id := pgtest.InsertJobs(t, admin, pg.NewJob{PrincipalScopeHash: owner, MaxAttempts: 1})[0]
+	if _, err := pg.CancelJob(ctx, admin, pg.CancelParams{PrincipalScopeHash: owner, JobID: id, CancellationKeyHash: pgtest.SHA("c")}); err != nil {
 		t.Fatal(err)
 	}
 	rp := rolePool(t, url, "mightyetl_relay_role")

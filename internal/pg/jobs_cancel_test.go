@@ -3,7 +3,6 @@ package pg_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -14,31 +13,13 @@ import (
 
 func repeatHex(c string) string { return strings.Repeat(c, 64) }
 
-func insertJobs(t *testing.T, db pg.DBTX, scope string, n int) []pg.Job {
-	t.Helper()
-	jobs := make([]pg.NewJob, n)
-	for i := range jobs {
-		jobs[i] = pg.NewJob{Kind: pg.KindETLRecords, PrincipalScopeHash: scope,
-			SubmissionKeyHash: fmt.Sprintf("%064x", i+1), RequestDigest: repeatHex("d"), Payload: "[]", MaxAttempts: 3}
-	}
-	ins, err := pg.InsertJobs(context.Background(), db, jobs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([]pg.Job, n)
-	for i, in := range ins {
-		out[i] = in.Job
-	}
-	return out
-}
-
 func TestCancelJob(t *testing.T) {
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
-	jobs := insertJobs(t, pool, repeatHex("a"), 1)
-	p := pg.CancelParams{PrincipalScopeHash: repeatHex("a"), JobID: jobs[0].JobID, CancellationKeyHash: repeatHex("c")}
+	ids := pgtest.InsertN(t, pool, 1, pg.NewJob{PrincipalScopeHash: repeatHex("a")})
+	p := pg.CancelParams{PrincipalScopeHash: repeatHex("a"), JobID: ids[0], CancellationKeyHash: repeatHex("c")}
 
-	if _, err := pg.CancelJob(ctx, pool, pg.CancelParams{PrincipalScopeHash: repeatHex("b"), JobID: jobs[0].JobID, CancellationKeyHash: repeatHex("c")}); !errors.Is(err, pg.ErrNotFound) {
+	if _, err := pg.CancelJob(ctx, pool, pg.CancelParams{PrincipalScopeHash: repeatHex("b"), JobID: ids[0], CancellationKeyHash: repeatHex("c")}); !errors.Is(err, pg.ErrNotFound) {
 		t.Fatalf("foreign: %v", err)
 	}
 	out, err := pg.CancelJob(ctx, pool, p)
@@ -58,8 +39,8 @@ func TestCancelJob(t *testing.T) {
 func TestListJobs(t *testing.T) {
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
-	insertJobs(t, pool, repeatHex("a"), 7)
-	insertJobs(t, pool, repeatHex("b"), 2)
+	pgtest.InsertN(t, pool, 7, pg.NewJob{PrincipalScopeHash: repeatHex("a")})
+	pgtest.InsertN(t, pool, 2, pg.NewJob{PrincipalScopeHash: repeatHex("b")})
 	var all []pg.Job
 	var after *pg.PageKey
 	for {

@@ -2,8 +2,6 @@ package pg_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -17,22 +15,6 @@ import (
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 )
-
-func sha(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:])
-}
-
-// submitJob inserts one PENDING etl_records job of scope with payload.
-func submitJob(t *testing.T, pool *pgxpool.Pool, scope, payload string) uuid.UUID {
-	t.Helper()
-	ins, err := pg.InsertJobs(context.Background(), pool, []pg.NewJob{{Kind: pg.KindETLRecords, PrincipalScopeHash: scope,
-		SubmissionKeyHash: sha(uuid.NewString()), RequestDigest: sha(payload), Payload: payload, MaxAttempts: 4}})
-	if err != nil || !ins[0].Created {
-		t.Fatalf("insert: %v %+v", err, ins)
-	}
-	return ins[0].JobID
-}
 
 // setTerminal moves a job to FAILED (with a failure code) or SUCCEEDED by
 // SQL, clearing its payload as the lifecycle check requires.
@@ -53,14 +35,14 @@ func setTerminal(t *testing.T, pool *pgxpool.Pool, id uuid.UUID, status string) 
 // failedJob inserts a job of scope with payload and fails it by SQL.
 func failedJob(t *testing.T, pool *pgxpool.Pool, scope, payload string) uuid.UUID {
 	t.Helper()
-	id := submitJob(t, pool, scope, payload)
+	id := pgtest.InsertJobs(t, pool, pg.NewJob{PrincipalScopeHash: scope, Payload: payload, MaxAttempts: 4})[0]
 	setTerminal(t, pool, id, pg.StatusFailed)
 	return id
 }
 
 func replay(pool *pgxpool.Pool, scope string, source uuid.UUID, key, payload string) (pg.ReplayOutcome, error) {
 	return pg.ReplayJob(context.Background(), pool, pg.ReplayParams{PrincipalScopeHash: scope, SourceJobID: source,
-		ReplayKeyHash: sha("replay:" + key), RequestDigest: sha(payload), Payload: payload})
+		ReplayKeyHash: pgtest.SHA("replay:" + key), RequestDigest: pgtest.SHA(payload), Payload: payload})
 }
 
 func jobCount(t *testing.T, pool *pgxpool.Pool) int {
@@ -78,8 +60,8 @@ func TestReplayJobOutcomes(t *testing.T) {
 	alice, bob := repeatHex("a"), repeatHex("b")
 	const payload = `[{"id":"r1"}]`
 
-	pending := submitJob(t, pool, alice, payload)
-	succeeded := submitJob(t, pool, alice, payload)
+	pending := pgtest.InsertJobs(t, pool, pg.NewJob{PrincipalScopeHash: alice, Payload: payload, MaxAttempts: 4})[0]
+	succeeded := pgtest.InsertJobs(t, pool, pg.NewJob{PrincipalScopeHash: alice, Payload: payload, MaxAttempts: 4})[0]
 	setTerminal(t, pool, succeeded, pg.StatusSucceeded)
 	failed := failedJob(t, pool, alice, payload)
 	before := jobCount(t, pool)
@@ -116,8 +98,8 @@ func TestReplayJobOutcomes(t *testing.T) {
 		first.Job.JobID).Scan(&kind, &maxAttempts, &keyHash); err != nil {
 		t.Fatal(err)
 	}
-	if kind != pg.KindETLRecords || maxAttempts != 4 || keyHash != sha("replay:k1") {
-		t.Errorf("replay row: kind %s max %d key ok %v", kind, maxAttempts, keyHash == sha("replay:k1"))
+	if kind != pg.KindETLRecords || maxAttempts != 4 || keyHash != pgtest.SHA("replay:k1") {
+		t.Errorf("replay row: kind %s max %d key ok %v", kind, maxAttempts, keyHash == pgtest.SHA("replay:k1"))
 	}
 	if n := countRows(t, pool, `SELECT count(*) FROM etl_outbox_job_events WHERE job_record_id = $1 AND event_kind = 'job_available'`, first.Job.JobID); n != 1 {
 		t.Errorf("outbox rows %d", n)
@@ -173,7 +155,7 @@ INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, subm
     replay_source_job_record_id, replay_root_job_record_id, replay_generation_count)
 VALUES ($1, 'etl_records', $3, $5, $7, NULL, 'FAILED', 'etl_target_failure', 3, $4, $4, 1),
        ($2, 'etl_records', $3, $6, $7, NULL, 'FAILED', 'etl_target_failure', 3, $1, $4, $8)`,
-		first, last, scope, root, sha(uuid.NewString()), sha(uuid.NewString()), sha(payload), gen)
+		first, last, scope, root, pgtest.SHA(uuid.NewString()), pgtest.SHA(uuid.NewString()), pgtest.SHA(payload), gen)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +190,7 @@ func TestReplayKeyRaceAcrossSources(t *testing.T) {
 	const payload = `[{"id":"x"}]`
 	sources := make([]uuid.UUID, n)
 	for i := range sources {
-		sources[i] = submitJob(t, pool, scope, payload)
+		sources[i] = pgtest.InsertJobs(t, pool, pg.NewJob{PrincipalScopeHash: scope, Payload: payload, MaxAttempts: 4})[0]
 		if _, err := pg.CancelJob(context.Background(), pool, pg.CancelParams{PrincipalScopeHash: scope,
 			JobID: sources[i], CancellationKeyHash: repeatHex("c")}); err != nil {
 			t.Fatal(err)
@@ -260,7 +242,7 @@ func TestReplayLineageGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 	replayID := out.Job.JobID
-	plain := submitJob(t, pool, scope, payload)
+	plain := pgtest.InsertJobs(t, pool, pg.NewJob{PrincipalScopeHash: scope, Payload: payload, MaxAttempts: 4})[0]
 	unreferenced := failedJob(t, pool, scope, payload)
 
 	refused := []struct {
@@ -317,15 +299,15 @@ func TestReplayLineageGuard(t *testing.T) {
 	insert := `INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash, request_digest,
 		request_payload, max_attempts, replay_source_job_record_id, replay_root_job_record_id, replay_generation_count)
 		VALUES (gen_random_uuid(), 'etl_records', $1, $2, $3, '[]', 3, $4, $5, $6)`
-	if _, err := pool.Exec(ctx, insert, scope, sha("x1"), sha("[]"), other, other, 1); pgCode(err) != "23503" {
+	if _, err := pool.Exec(ctx, insert, scope, pgtest.SHA("x1"), pgtest.SHA("[]"), other, other, 1); pgCode(err) != "23503" {
 		t.Errorf("foreign source: %v", err)
 	}
 	for _, gen := range []any{nil, 0, 101} {
-		if _, err := pool.Exec(ctx, insert, scope, sha(fmt.Sprint("x", gen)), sha("[]"), source, source, gen); pgCode(err) != "23514" {
+		if _, err := pool.Exec(ctx, insert, scope, pgtest.SHA(fmt.Sprint("x", gen)), pgtest.SHA("[]"), source, source, gen); pgCode(err) != "23514" {
 			t.Errorf("generation %v: %v", gen, err)
 		}
 	}
-	if _, err := pool.Exec(ctx, insert, scope, sha("x2"), sha("[]"), replayID, replayID, 2); pgCode(err) != "23514" {
+	if _, err := pool.Exec(ctx, insert, scope, pgtest.SHA("x2"), pgtest.SHA("[]"), replayID, replayID, 2); pgCode(err) != "23514" {
 		t.Errorf("generation 2 rooted at its source: %v", err)
 	}
 }
@@ -385,7 +367,7 @@ func TestReplayGuardSeesConcurrentReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := pg.InsertJobs(ctx, tx, []pg.NewJob{{Kind: pg.KindETLRecords, PrincipalScopeHash: scope,
-		SubmissionKeyHash: sha("race-key"), RequestDigest: sha(payload), Payload: payload, MaxAttempts: 3,
+		SubmissionKeyHash: pgtest.SHA("race-key"), RequestDigest: pgtest.SHA(payload), Payload: payload, MaxAttempts: 3,
 		Lineage: &pg.Lineage{SourceJobID: source, RootJobID: source, Generation: 1}}}); err != nil {
 		t.Fatal(err)
 	}

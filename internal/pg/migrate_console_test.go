@@ -31,9 +31,9 @@ func TestMigration00010DownRefusesWithOperatorCancelledRowsAndReverts(t *testing
 	if _, err := pool.Exec(ctx, migCancelledRowSQL); err != nil {
 		t.Fatalf("insert an owner's CANCELLED row: %v", err)
 	}
-	id := submitJob(t, pool, sha("mig-10-owner"), `[{"id":"m10"}]`)
-	if out, err := pg.OperatorCancelJob(ctx, pool, pg.OperatorCancelParams{JobID: id, OperatorScopeHash: sha("mig-10-operator"),
-		CancellationKeyHash: sha("mig-10-cancel")}); err != nil || !out.Cancelled {
+	id := pgtest.InsertJobs(t, pool, pg.NewJob{PrincipalScopeHash: pgtest.SHA("mig-10-owner"), Payload: `[{"id":"m10"}]`})[0]
+	if out, err := pg.OperatorCancelJob(ctx, pool, pg.OperatorCancelParams{JobID: id, OperatorScopeHash: pgtest.SHA("mig-10-operator"),
+		CancellationKeyHash: pgtest.SHA("mig-10-cancel")}); err != nil || !out.Cancelled {
 		t.Fatalf("operator cancel: %+v, %v", out, err)
 	}
 
@@ -85,14 +85,14 @@ func TestMigration00010DownRefusesWithOperatorCancelledRowsAndReverts(t *testing
 			t.Errorf("function %s missing after up", fn)
 		}
 	}
-	id = submitJob(t, pool, sha("mig-10-owner"), `[{"id":"m10b"}]`)
-	if out, err := pg.OperatorCancelJob(ctx, pool, pg.OperatorCancelParams{JobID: id, OperatorScopeHash: sha("mig-10-operator"),
-		CancellationKeyHash: sha("mig-10-cancel-2")}); err != nil || !out.Cancelled {
+	id = pgtest.InsertJobs(t, pool, pg.NewJob{PrincipalScopeHash: pgtest.SHA("mig-10-owner"), Payload: `[{"id":"m10b"}]`})[0]
+	if out, err := pg.OperatorCancelJob(ctx, pool, pg.OperatorCancelParams{JobID: id, OperatorScopeHash: pgtest.SHA("mig-10-operator"),
+		CancellationKeyHash: pgtest.SHA("mig-10-cancel-2")}); err != nil || !out.Cancelled {
 		t.Fatalf("operator cancel after up: %+v, %v", out, err)
 	}
 	var actor string
 	if err := pool.QueryRow(ctx, `SELECT actor_principal_scope_hash FROM etl_outbox_events
-		WHERE event_kind = 'job_lifecycle' AND actor_principal_scope_hash IS NOT NULL`).Scan(&actor); err != nil || actor != sha("mig-10-operator") {
+		WHERE event_kind = 'job_lifecycle' AND actor_principal_scope_hash IS NOT NULL`).Scan(&actor); err != nil || actor != pgtest.SHA("mig-10-operator") {
 		t.Fatalf("operator's hash on the outbox after up: %q, %v", actor, err)
 	}
 }
@@ -108,9 +108,9 @@ func TestMigration00011DownAndUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	const payload = `[{"id":"m11"}]`
-	source := failedJob(t, pool, sha("mig-11-owner"), payload)
-	p := pg.OperatorReplayParams{SourceJobID: source, OperatorScopeHash: sha("mig-11-operator"),
-		ReplayKeyHash: sha("mig-11-key"), RequestDigest: sha(payload), Payload: payload}
+	source := failedJob(t, pool, pgtest.SHA("mig-11-owner"), payload)
+	p := pg.OperatorReplayParams{SourceJobID: source, OperatorScopeHash: pgtest.SHA("mig-11-operator"),
+		ReplayKeyHash: pgtest.SHA("mig-11-key"), RequestDigest: pgtest.SHA(payload), Payload: payload}
 	first, err := pg.OperatorReplayJob(ctx, pool, p)
 	if err != nil || !first.Created {
 		t.Fatalf("operator replay at 00011: %+v, %v", first, err)
@@ -128,7 +128,7 @@ func TestMigration00011DownAndUp(t *testing.T) {
 	if _, err := pg.OperatorReplayJob(ctx, pool, p); err == nil {
 		t.Fatal("operator replay without its function succeeded")
 	}
-	if got, err := pg.GetJob(ctx, pool, sha("mig-11-owner"), first.Job.JobID); err != nil || got.Lineage == nil {
+	if got, err := pg.GetJob(ctx, pool, pgtest.SHA("mig-11-owner"), first.Job.JobID); err != nil || got.Lineage == nil {
 		t.Fatalf("the replay job after down: %+v, %v", got, err)
 	}
 

@@ -17,8 +17,8 @@ func TestMigration00012SubmitTraceparent(t *testing.T) {
 	ctx := context.Background()
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	newJob := func(key, traceparent string) pg.NewJob {
-		return pg.NewJob{Kind: pg.KindETLRecords, PrincipalScopeHash: sha("mig-12-owner"), SubmissionKeyHash: sha(key),
-			RequestDigest: sha("[]"), Payload: "[]", MaxAttempts: 3, SubmitTraceparent: traceparent}
+		return pg.NewJob{Kind: pg.KindETLRecords, PrincipalScopeHash: pgtest.SHA("mig-12-owner"), SubmissionKeyHash: pgtest.SHA(key),
+			RequestDigest: pgtest.SHA("[]"), Payload: "[]", MaxAttempts: 3, SubmitTraceparent: traceparent}
 	}
 	ins, err := pg.InsertJobs(ctx, pool, []pg.NewJob{newJob("traced", tp), newJob("untraced", "")})
 	if err != nil {

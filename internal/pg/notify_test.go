@@ -2,13 +2,10 @@ package pg_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/pg"
@@ -32,13 +29,7 @@ func TestOutboxNotifiesOnlyWhenRowsAreInserted(t *testing.T) {
 		t.Fatal(err)
 	}
 	payload := `[{"id":"n1"}]`
-	sum := sha256.Sum256([]byte(payload))
-	scope := sha256.Sum256([]byte("owner"))
-	key := sha256.Sum256([]byte(uuid.NewString()))
-	if _, err := pg.InsertJobs(ctx, pool, []pg.NewJob{{Kind: pg.KindETLRecords, PrincipalScopeHash: hex.EncodeToString(scope[:]),
-		SubmissionKeyHash: hex.EncodeToString(key[:]), RequestDigest: hex.EncodeToString(sum[:]), Payload: payload, MaxAttempts: 1}}); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.InsertJobs(t, pool, pg.NewJob{Payload: payload, MaxAttempts: 1})
 	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := listener.WaitForNotification(waitCtx); err != nil {

@@ -15,7 +15,7 @@ import (
 
 func operatorReplay(pool *pgxpool.Pool, source uuid.UUID, operator, key, payload string) (pg.ReplayOutcome, error) {
 	return pg.OperatorReplayJob(context.Background(), pool, pg.OperatorReplayParams{SourceJobID: source,
-		OperatorScopeHash: operator, ReplayKeyHash: sha("operator-replay:" + key), RequestDigest: sha(payload),
+		OperatorScopeHash: operator, ReplayKeyHash: pgtest.SHA("operator-replay:" + key), RequestDigest: pgtest.SHA(payload),
 		Payload: payload})
 }
 
@@ -33,7 +33,7 @@ func TestOperatorReplayJobOutcomes(t *testing.T) {
 	out, err := operatorReplay(pool, failed, operator, "k1", payload)
 	if err != nil || !out.Created || out.Job.Status != pg.StatusPending || out.Job.Lineage == nil ||
 		*out.Job.Lineage != (pg.Lineage{SourceJobID: failed, RootJobID: failed, Generation: 1}) ||
-		out.Job.RequestDigest != sha(payload) {
+		out.Job.RequestDigest != pgtest.SHA(payload) {
 		t.Fatalf("operator replay: %+v %v", out, err)
 	}
 	id := out.Job.JobID
@@ -43,8 +43,8 @@ func TestOperatorReplayJobOutcomes(t *testing.T) {
 		FROM etl_job_records WHERE job_record_id = $1`, id).Scan(&scope, &keyHash, &stored, &kind, &maxAttempts); err != nil {
 		t.Fatal(err)
 	}
-	if scope != owner || keyHash != sha("operator-replay:k1") || stored != payload || kind != pg.KindETLRecords || maxAttempts != 4 {
-		t.Errorf("replay row: owner %v key %v payload %q kind %s max %d", scope == owner, keyHash == sha("operator-replay:k1"),
+	if scope != owner || keyHash != pgtest.SHA("operator-replay:k1") || stored != payload || kind != pg.KindETLRecords || maxAttempts != 4 {
+		t.Errorf("replay row: owner %v key %v payload %q kind %s max %d", scope == owner, keyHash == pgtest.SHA("operator-replay:k1"),
 			stored, kind, maxAttempts)
 	}
 	if n := countRows(t, pool, `SELECT count(*) FROM etl_job_claim_queue WHERE job_record_id = $1`, id); n != 1 {
@@ -69,13 +69,13 @@ func TestOperatorReplayJobOutcomes(t *testing.T) {
 		t.Fatalf("repeat: %+v %v", again, err)
 	}
 
-	cancelled := submitJob(t, pool, owner, payload)
+	cancelled := pgtest.InsertJobs(t, pool, pg.NewJob{PrincipalScopeHash: owner, Payload: payload})[0]
 	if _, err := pg.CancelJob(ctx, pool, pg.CancelParams{PrincipalScopeHash: owner, JobID: cancelled,
-		CancellationKeyHash: sha("c")}); err != nil {
+		CancellationKeyHash: pgtest.SHA("c")}); err != nil {
 		t.Fatal(err)
 	}
-	pending := submitJob(t, pool, owner, payload)
-	succeeded := submitJob(t, pool, owner, payload)
+	pending := pgtest.InsertJobs(t, pool, pg.NewJob{PrincipalScopeHash: owner, Payload: payload})[0]
+	succeeded := pgtest.InsertJobs(t, pool, pg.NewJob{PrincipalScopeHash: owner, Payload: payload})[0]
 	setTerminal(t, pool, succeeded, pg.StatusSucceeded)
 	before, outbox := jobCount(t, pool), countRows(t, pool, `SELECT count(*) FROM etl_outbox_events`)
 	for name, c := range map[string]struct {

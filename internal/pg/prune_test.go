@@ -62,12 +62,12 @@ func TestPruneTerminalJobs(t *testing.T) {
 	// Unreferenced old terminal jobs: removed. Young ones: kept.
 	var doomed, young []uuid.UUID
 	for i := range 7 {
-		id := submitJob(t, pool, scope, payload)
+		id := pgtest.InsertJobs(t, pool, pg.NewJob{PrincipalScopeHash: scope, Payload: payload})[0]
 		setTerminal(t, pool, id, []string{pg.StatusFailed, pg.StatusSucceeded}[i%2])
 		age(t, pool, id, old)
 		doomed = append(doomed, id)
 	}
-	cancelled := submitJob(t, pool, scope, payload)
+	cancelled := pgtest.InsertJobs(t, pool, pg.NewJob{PrincipalScopeHash: scope, Payload: payload})[0]
 	if _, err := pg.CancelJob(ctx, pool, pg.CancelParams{PrincipalScopeHash: scope, JobID: cancelled, CancellationKeyHash: repeatHex("c")}); err != nil {
 		t.Fatal(err)
 	}
@@ -129,12 +129,12 @@ func TestPruneLedger(t *testing.T) {
 	ctx := context.Background()
 	for i := range 5 {
 		if _, _, err := pg.ClaimLedgerEntry(ctx, pool, pg.LedgerEntry{PrincipalScopeHash: repeatHex("a"),
-			IdempotencyKeyHash: sha(fmt.Sprint("k", i)), RequestDigest: repeatHex("d"), ResponseText: "Processed: x\n"}); err != nil {
+			IdempotencyKeyHash: pgtest.SHA(fmt.Sprint("k", i)), RequestDigest: repeatHex("d"), ResponseText: "Processed: x\n"}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if _, err := pool.Exec(ctx, `UPDATE etl_idempotency_records SET created_at = clock_timestamp() - interval '40 days'
-		WHERE idempotency_key_hash = ANY($1)`, []string{sha("k0"), sha("k1"), sha("k2")}); err != nil {
+		WHERE idempotency_key_hash = ANY($1)`, []string{pgtest.SHA("k0"), pgtest.SHA("k1"), pgtest.SHA("k2")}); err != nil {
 		t.Fatal(err)
 	}
 	n, err := pg.PruneLedger(ctx, pool, 720*time.Hour, 2)
