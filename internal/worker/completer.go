@@ -68,65 +68,82 @@ func (g *group) add(c *Config, req *finishReq) bool {
 }
 
 // completer commits finished jobs in groups: whatever is queued when a
-// transaction starts, plus what arrives within FinishLinger of the first
+// group starts forming, plus what arrives within FinishLinger of its first
 // result, up to the group bounds, shares it. A result that does not fit
 // starts the next group.
+//
+// Groups form one at a time (formMu): while one completer gathers a group,
+// the others commit theirs or wait their turn to gather. So idle completers
+// never split the results of one linger window between them (at 8 slots
+// four idle completers made groups of 2.8 jobs, each its own commit), and a
+// busy database grows the groups instead of the number of commits, as in a
+// pipelined group commit.
 func (w *Worker) completer() {
 	defer w.finishWG.Done()
-	var carry *finishReq
 	g := &group{reqs: make([]*finishReq, 0, w.cfg.FinishBatch)}
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
 	for {
-		first := carry
-		carry = nil
-		if first == nil {
-			select {
-			case first = <-w.finishQ:
-			case <-w.finishStop:
-				return
-			}
+		if !w.formGroup(g, linger) {
+			return
 		}
-		g.reqs, g.rows, g.bytes = g.reqs[:0], 0, 0
-		g.add(&w.cfg, first)
-		// take adds more to the group, or keeps it for the next group.
-		take := func(more *finishReq) bool {
-			if g.add(&w.cfg, more) {
-				return true
-			}
-			carry = more
+		w.commitGroup(g.reqs, g.rows)
+	}
+}
+
+// formGroup gathers the next group into g under formMu and reports false
+// when the completers stop with nothing gathered.
+func (w *Worker) formGroup(g *group, linger *time.Timer) bool {
+	w.formMu.Lock()
+	defer w.formMu.Unlock()
+	first := w.carry
+	w.carry = nil
+	if first == nil {
+		select {
+		case first = <-w.finishQ:
+		case <-w.finishStop:
 			return false
 		}
-	drain:
+	}
+	g.reqs, g.rows, g.bytes = g.reqs[:0], 0, 0
+	g.add(&w.cfg, first)
+	// take adds more to the group, or keeps it for the next group.
+	take := func(more *finishReq) bool {
+		if g.add(&w.cfg, more) {
+			return true
+		}
+		w.carry = more
+		return false
+	}
+drain:
+	for !g.full(&w.cfg) {
+		select {
+		case more := <-w.finishQ:
+			if !take(more) {
+				break drain
+			}
+		default:
+			break drain
+		}
+	}
+	if w.carry == nil && !g.full(&w.cfg) && w.cfg.FinishLinger > 0 {
+		linger.Reset(w.cfg.FinishLinger)
+	wait:
 		for !g.full(&w.cfg) {
 			select {
 			case more := <-w.finishQ:
 				if !take(more) {
-					break drain
-				}
-			default:
-				break drain
-			}
-		}
-		if carry == nil && !g.full(&w.cfg) && w.cfg.FinishLinger > 0 {
-			linger.Reset(w.cfg.FinishLinger)
-		wait:
-			for !g.full(&w.cfg) {
-				select {
-				case more := <-w.finishQ:
-					if !take(more) {
-						break wait
-					}
-				case <-linger.C:
-					break wait
-				case <-w.finishStop:
 					break wait
 				}
+			case <-linger.C:
+				break wait
+			case <-w.finishStop:
+				break wait
 			}
-			linger.Stop()
 		}
-		w.commitGroup(g.reqs, g.rows)
+		linger.Stop()
 	}
+	return true
 }
 
 // commitGroup commits a group; if the group fails for a reason other than an

@@ -136,6 +136,10 @@ type Worker struct {
 	wake     chan struct{}
 	slotFree chan struct{}
 	finishQ  chan *finishReq
+	// formMu lets one completer at a time gather a group; carry is the
+	// result that did not fit the last group formed (guarded by formMu).
+	formMu sync.Mutex
+	carry  *finishReq
 	// recheck holds the claims a revocation asked the renewer to confirm
 	// with the database; recheckKick wakes the renewer for them.
 	recheck     map[*running]struct{}
