@@ -13,6 +13,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/mightyetl/mightyetl/client"
+	errcodes "github.com/mightyetl/mightyetl/internal/codes"
 )
 
 // operationMethods maps every operationId of docs/openapi.yaml under
@@ -94,6 +95,22 @@ func TestClientCoversTheContract(t *testing.T) {
 	for _, c := range codes {
 		if !declared[c.(string)] {
 			t.Errorf("errorCode %s has no client constant", c)
+		}
+	}
+	// The client mirrors the code table exactly: every problem and NATS
+	// rejection code, and only its own etl_unexpected_response besides.
+	table := map[string]bool{string(client.CodeUnexpectedResponse): true}
+	for _, c := range slices.Concat(errcodes.Problems, errcodes.Rejections) {
+		table[c] = true
+	}
+	for c := range declared {
+		if !table[c] {
+			t.Errorf("client constant %s is not in internal/codes", c)
+		}
+	}
+	for c := range table {
+		if !declared[c] {
+			t.Errorf("code %s of internal/codes has no client constant", c)
 		}
 	}
 	var statuses []string

@@ -1,17 +1,21 @@
 package etl
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/mightyetl/mightyetl/internal/codes"
+)
 
 // Problem codes returned in [Error.Code]. They are the errorCode values of the HTTP contract.
 const (
 	// CodeInvalidJSON: the body is absent, not UTF-8, not well-formed JSON, not an array, nests
 	// deeper than the limit, has trailing data, or some object repeats a member name.
-	CodeInvalidJSON = "etl_invalid_json"
+	CodeInvalidJSON = codes.InvalidJSON
 	// CodeInvalidRecord: an array element is not an object, or a record's id, a field name or
 	// an AMOUNT value is invalid.
-	CodeInvalidRecord = "etl_invalid_record"
+	CodeInvalidRecord = codes.InvalidRecord
 	// CodeBatchTooLarge: the array holds more records than the configured maximum.
-	CodeBatchTooLarge = "etl_batch_too_large"
+	CodeBatchTooLarge = codes.BatchTooLarge
 )
 
 // Error is the typed rejection of a batch. Code is one of the Code* constants; Index is the

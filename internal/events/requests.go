@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/startstop"
@@ -40,17 +41,17 @@ const ErrorCodeHeader = "Mightyetl-Error-Code"
 const (
 	// CodePrincipalRequired is the errorCode of a request whose subject does
 	// not end in exactly one principal token.
-	CodePrincipalRequired = "etl_idempotency_principal_required"
+	CodePrincipalRequired = codes.PrincipalRequired
 	// CodeReplySubjectForbidden is the errorCode of a request whose
 	// ReplyToHeader is not a literal subject under its principal's
 	// ReplyInboxPrefix. The request is not handled and gets no reply.
-	CodeReplySubjectForbidden = "etl_reply_subject_forbidden"
+	CodeReplySubjectForbidden = codes.ReplySubjectForbidden
 	// CodeMsgIDNotQualified is the errorCode of a request whose Nats-Msg-Id
 	// is not RequestMsgID(principal, key) for the subject's principal.
-	CodeMsgIDNotQualified = "etl_nats_msg_id_not_qualified"
+	CodeMsgIDNotQualified = codes.MsgIDNotQualified
 	// CodeDeliveriesExhausted is the errorCode of a request that failed
 	// internally on RequestConsumerOptions.MaxDeliveries deliveries.
-	CodeDeliveriesExhausted = "etl_request_deliveries_exhausted"
+	CodeDeliveriesExhausted = codes.RequestDeliveriesExhausted
 )
 
 // RequestMsgID is the Nats-Msg-Id a producer sets on a request:

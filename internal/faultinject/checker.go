@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mightyetl/mightyetl/internal/auth"
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/events"
 	"github.com/mightyetl/mightyetl/internal/intake"
 )
@@ -44,10 +45,10 @@ var AllInvariants = []string{InvAckedKeyOneJob, InvAckNamesTheJob, InvNoJobWitho
 
 // Terminal failure codes the checker knows.
 const (
-	codeExhausted      = "etl_worker_attempts_exhausted"
-	codeDiagnosticFail = "etl_diagnostic_requested_failure"
-	codeUnavailable    = "etl_target_unavailable"
-	codeCancelledOwner = "etl_job_cancelled_by_owner"
+	codeExhausted      = codes.WorkerAttemptsExhausted
+	codeDiagnosticFail = codes.DiagnosticRequestedFailure
+	codeUnavailable    = codes.TargetUnavailable
+	codeCancelledOwner = codes.CancelledByOwner
 )
 
 // Report is the checker's result: counts for the log, details for the

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/events"
 )
 
@@ -172,7 +173,7 @@ func (p *Producers) submitHTTP(pr Principal, s *Submission, rng *rand.Rand) stri
 			}
 			p.ledger.acked(s, r.JobRecordID)
 			return r.JobRecordID
-		case status == http.StatusUnprocessableEntity && code == "etl_invalid_record" && s.Kind == KindInvalid:
+		case status == http.StatusUnprocessableEntity && code == codes.InvalidRecord && s.Kind == KindInvalid:
 			p.ledger.response("http 422 etl_invalid_record")
 			s.mu.Lock()
 			s.rejected = true
@@ -204,9 +205,9 @@ func (p *Producers) cancelHTTP(pr Principal, s *Submission, jobID string, rng *r
 			p.ledger.response("cancel transport error")
 		case status == http.StatusOK:
 			ans = CancelDone
-		case status == http.StatusConflict && code == "etl_job_already_succeeded":
+		case status == http.StatusConflict && code == codes.AlreadySucceeded:
 			ans = CancelSucceeded
-		case status == http.StatusConflict && code == "etl_job_already_failed":
+		case status == http.StatusConflict && code == codes.AlreadyFailed:
 			ans = CancelFailed
 		case status >= 500:
 			p.ledger.response("cancel " + strconv.Itoa(status) + " " + code)

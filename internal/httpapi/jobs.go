@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/pg"
 )
@@ -53,7 +54,7 @@ func (a *api) readBody(w http.ResponseWriter, r *http.Request) (body []byte, rel
 	limit := a.opts.MaxPayloadBytes
 	if r.ContentLength > limit {
 		w.Header().Set("Connection", "close") // the unread body is not drained
-		writeProblem(w, r, codePayloadTooLarge)
+		writeProblem(w, r, codes.PayloadTooLarge)
 		return nil, func() {}, false
 	}
 	br := &budgetReader{r: r.Body, budget: a.budget}
@@ -63,7 +64,7 @@ func (a *api) readBody(w http.ResponseWriter, r *http.Request) (body []byte, rel
 		switch {
 		case errors.Is(err, errTooLarge):
 			w.Header().Set("Connection", "close")
-			writeProblem(w, r, codePayloadTooLarge)
+			writeProblem(w, r, codes.PayloadTooLarge)
 		case errors.Is(err, errBusy):
 			writeBusy(w, r)
 		default:

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/config"
 )
 
@@ -82,8 +83,8 @@ func (br *budgetReader) release() {
 // body is not drained, so the connection closes.
 func writeBusy(w http.ResponseWriter, r *http.Request) {
 	if rec, ok := w.(*recorder); ok {
-		rec.errorCode = codeServerBusy
+		rec.errorCode = codes.ServerBusy
 	}
 	w.Header().Set("Connection", "close")
-	writeProblem(&retryAfterWriter{ResponseWriter: w, seconds: busyRetryAfter}, r, codeServerBusy)
+	writeProblem(&retryAfterWriter{ResponseWriter: w, seconds: busyRetryAfter}, r, codes.ServerBusy)
 }

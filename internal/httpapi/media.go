@@ -4,6 +4,8 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+
+	"github.com/mightyetl/mightyetl/internal/codes"
 )
 
 // requireJSON refuses a request that carries a body unless it declares
@@ -24,7 +26,7 @@ import (
 func requireJSON(h apiHandler) apiHandler {
 	return func(w http.ResponseWriter, r *http.Request, principal string) {
 		if r.ContentLength != 0 && !isJSONContentType(r.Header) {
-			writeProblem(w, r, codeUnsupportedMediaType)
+			writeProblem(w, r, codes.UnsupportedMediaType)
 			return
 		}
 		h(w, r, principal)

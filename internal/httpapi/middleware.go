@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mightyetl/mightyetl/internal/auth"
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 )
@@ -94,7 +95,7 @@ func (a *api) authenticated(h apiHandler) http.Handler {
 		}
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", a.opts.Authenticator.Challenge())
-			code := codeUnauthenticated
+			code := codes.AuthenticationRequired
 			if errors.Is(err, auth.ErrPrincipalUnusable) {
 				code = intake.CodePrincipalRequired
 			}
@@ -111,9 +112,9 @@ func (a *api) authenticated(h apiHandler) http.Handler {
 // etl_authentication_overloaded (every verification slot busy), with
 // Retry-After in seconds.
 func writeAuthThrottled(w http.ResponseWriter, r *http.Request, err *auth.ThrottleError) {
-	code := codeAuthOverloaded
+	code := codes.AuthenticationOverloaded
 	if errors.Is(err, auth.ErrRateLimited) {
-		code = codeAuthRateLimited
+		code = codes.AuthenticationRateLimited
 	}
 	if rec, ok := w.(*recorder); ok {
 		rec.errorCode = code

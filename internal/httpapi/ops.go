@@ -8,17 +8,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/mightyetl/mightyetl/internal/auth"
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/console"
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/pg"
-)
-
-// Problem codes of the operator routes.
-const (
-	// codeOperatorRequired: authenticated, but not an operator.
-	codeOperatorRequired = "etl_operator_required"
-	// codeInvalidOpsFilter: a /api/ops/jobs filter value is unknown.
-	codeInvalidOpsFilter = "etl_ops_invalid_filter"
 )
 
 // operatorOf authenticates r and decides whether its principal is an
@@ -69,7 +62,7 @@ func (a *api) operatorRoute(h opsHandler) http.Handler {
 	return a.authenticated(func(w http.ResponseWriter, r *http.Request, _ string) {
 		op, status, _ := a.operatorOf(r)
 		if status != 0 {
-			writeProblem(w, r, codeOperatorRequired)
+			writeProblem(w, r, codes.OperatorRequired)
 			return
 		}
 		h(w, r, op)
@@ -126,7 +119,7 @@ func (a *api) opsOverview(w http.ResponseWriter, r *http.Request, _ console.Oper
 func (a *api) opsJobs(w http.ResponseWriter, r *http.Request, _ console.Operator) {
 	f, err := console.ParseFilter(r.URL.Query())
 	if err != nil {
-		writeProblem(w, r, codeInvalidOpsFilter)
+		writeProblem(w, r, codes.OpsInvalidFilter)
 		return
 	}
 	page, err := a.opts.Console.Jobs(r.Context(), f)
@@ -236,12 +229,12 @@ func (a *api) registerConsole(mux *http.ServeMux) {
 	ops("POST /api/ops/jobs/{id}/replays", a.opsReplay)
 	mux.Handle("/api/ops/jobs/{id}/replays", a.authenticated(func(w http.ResponseWriter, r *http.Request, _ string) {
 		w.Header().Set("Allow", "POST")
-		writeProblem(w, r, codeMethodNotAllowed)
+		writeProblem(w, r, codes.MethodNotAllowed)
 	}))
 	for _, p := range []string{"/api/ops/overview", "/api/ops/jobs", "/api/ops/jobs/{id}", "/api/ops/workers"} {
 		mux.Handle(p, a.authenticated(func(w http.ResponseWriter, r *http.Request, _ string) {
 			w.Header().Set("Allow", "GET, HEAD")
-			writeProblem(w, r, codeMethodNotAllowed)
+			writeProblem(w, r, codes.MethodNotAllowed)
 		}))
 	}
 }

@@ -5,25 +5,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/intake"
-)
-
-// HTTP-only problem codes (the rest come from package intake).
-const (
-	codeUnauthenticated  = "etl_authentication_required"
-	codePayloadTooLarge  = "etl_payload_too_large"
-	codeRouteNotFound    = "etl_route_not_found"
-	codeMethodNotAllowed = "etl_method_not_allowed"
-	// codeUnsupportedMediaType: a request body without Content-Type:
-	// application/json (see requireJSON).
-	codeUnsupportedMediaType = "etl_unsupported_media_type"
-	// codeServerBusy: the in-flight request body budget is spent (see
-	// byteBudget); retry after Retry-After seconds.
-	codeServerBusy = "etl_server_busy"
-	// codeAuthRateLimited, codeAuthOverloaded: Basic authentication refused
-	// a request for load before checking it (see writeAuthThrottled).
-	codeAuthRateLimited = "etl_authentication_rate_limited"
-	codeAuthOverloaded  = "etl_authentication_overloaded"
 )
 
 // problemSpec is one row of the problem table.
@@ -38,9 +21,9 @@ type problemSpec struct {
 var problemTable = map[string]problemSpec{
 	intake.CodeInvalidJSON:               {400, "Invalid JSON", "The request body must be a JSON array of records without duplicate member names."},
 	intake.CodeInvalidIdempotencyKey:     {400, "Invalid idempotency key", "Send an Idempotency-Key of 16 to 128 characters from [A-Za-z0-9._:-], raw or as a quoted structured-field string."},
-	codeUnauthenticated:                  {401, "Unauthorized", "Valid credentials are required."},
+	codes.AuthenticationRequired:         {401, "Unauthorized", "Valid credentials are required."},
 	intake.CodePrincipalRequired:         {401, "Principal required", "The credentials do not name a usable principal."},
-	codePayloadTooLarge:                  {413, "Payload too large", "The request body exceeds the configured size limit."},
+	codes.PayloadTooLarge:                {413, "Payload too large", "The request body exceeds the configured size limit."},
 	intake.CodeBatchTooLarge:             {413, "Batch too large", "The request holds more records than the configured limit."},
 	intake.CodeInvalidRecord:             {422, "Invalid record", "A record, record id, field name or AMOUNT value is invalid."},
 	intake.CodeSubmissionKeyReused:       {422, "Submission key reused", "This Idempotency-Key was already used with a different request body."},
@@ -59,16 +42,16 @@ var problemTable = map[string]problemSpec{
 	intake.CodeReplaySourceSucceeded:     {409, "Replay source succeeded", "The job succeeded; only a FAILED or CANCELLED job can be replayed."},
 	intake.CodeReplayGenerationExhausted: {409, "Replay generation exhausted", "The job is the 100th replay of its chain and cannot be replayed again."},
 	intake.CodeJobNotFound:               {404, "Job not found", "No such job exists for the caller."},
-	codeRouteNotFound:                    {404, "Not found", "No such resource."},
-	codeMethodNotAllowed:                 {405, "Method not allowed", "The resource does not support this method."},
-	codeUnsupportedMediaType:             {415, "Unsupported media type", "A request body must be sent with Content-Type: application/json."},
-	codeServerBusy:                       {503, "Server busy", "The server holds as many request bodies as it is configured to; retry after Retry-After seconds with the same Idempotency-Key and body."},
+	codes.RouteNotFound:                  {404, "Not found", "No such resource."},
+	codes.MethodNotAllowed:               {405, "Method not allowed", "The resource does not support this method."},
+	codes.UnsupportedMediaType:           {415, "Unsupported media type", "A request body must be sent with Content-Type: application/json."},
+	codes.ServerBusy:                     {503, "Server busy", "The server holds as many request bodies as it is configured to; retry after Retry-After seconds with the same Idempotency-Key and body."},
 	intake.CodeTargetUnavailable:         {503, "Target unavailable", "The database is unavailable; retry with backoff using the same Idempotency-Key and body."},
 	intake.CodeInternalError:             {500, "Internal error", "The request could not be completed."},
-	codeAuthRateLimited:                  {429, "Too many login attempts", "Too many failed or waiting logins from this address; retry after Retry-After seconds."},
-	codeAuthOverloaded:                   {503, "Authentication overloaded", "Password verification is at capacity; retry after Retry-After seconds."},
-	codeOperatorRequired:                 {403, "Operator required", "This resource is for operators (MIGHTYETL_OPERATOR_PRINCIPALS or the JWT operator claim)."},
-	codeInvalidOpsFilter:                 {400, "Invalid filter", "state, kind, code, from, to, before or limit has an unknown value."},
+	codes.AuthenticationRateLimited:      {429, "Too many login attempts", "Too many failed or waiting logins from this address; retry after Retry-After seconds."},
+	codes.AuthenticationOverloaded:       {503, "Authentication overloaded", "Password verification is at capacity; retry after Retry-After seconds."},
+	codes.OperatorRequired:               {403, "Operator required", "This resource is for operators (MIGHTYETL_OPERATOR_PRINCIPALS or the JWT operator claim)."},
+	codes.OpsInvalidFilter:               {400, "Invalid filter", "state, kind, code, from, to, before or limit has an unknown value."},
 }
 
 // problemTypePrefix starts every problem type URI.

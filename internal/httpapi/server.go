@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mightyetl/mightyetl/internal/auth"
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/console"
 	"github.com/mightyetl/mightyetl/internal/health"
 	"github.com/mightyetl/mightyetl/internal/intake"
@@ -146,7 +147,7 @@ func NewHandler(opts Options) (http.Handler, error) {
 	allow := func(path, methods string) {
 		route(path, func(w http.ResponseWriter, r *http.Request, _ string) {
 			w.Header().Set("Allow", methods)
-			writeProblem(w, r, codeMethodNotAllowed)
+			writeProblem(w, r, codes.MethodNotAllowed)
 		})
 	}
 	// post registers a POST route: a body it carries must be JSON.
@@ -169,7 +170,7 @@ func NewHandler(opts Options) (http.Handler, error) {
 	if opts.Console != nil {
 		a.registerConsole(mux)
 	}
-	route("/api/", func(w http.ResponseWriter, r *http.Request, _ string) { writeProblem(w, r, codeRouteNotFound) })
+	route("/api/", func(w http.ResponseWriter, r *http.Request, _ string) { writeProblem(w, r, codes.RouteNotFound) })
 	health.Register(mux, opts.Pool, opts.Gatherer)
 	// The server span (when tracing is on) is named by the route template,
 	// never the raw path, which holds job ids.

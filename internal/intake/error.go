@@ -3,6 +3,7 @@ package intake
 import (
 	"errors"
 
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/etl"
 	"github.com/mightyetl/mightyetl/internal/pg"
 )
@@ -13,26 +14,26 @@ const (
 	CodeInvalidJSON               = etl.CodeInvalidJSON   // body absent, malformed, duplicate members, not an array
 	CodeInvalidRecord             = etl.CodeInvalidRecord // a record, id, field name or AMOUNT is invalid
 	CodeBatchTooLarge             = etl.CodeBatchTooLarge // more records than MIGHTYETL_MAX_BATCH_RECORDS
-	CodeInvalidIdempotencyKey     = "etl_invalid_idempotency_key"
-	CodePrincipalRequired         = "etl_idempotency_principal_required"
-	CodeSubmissionKeyReused       = "etl_job_submission_key_reused"
-	CodeIdempotencyKeyReused      = "etl_idempotency_key_reused"
-	CodeJobNotFound               = "etl_job_not_found"
-	CodeCancellationKeyRequired   = "etl_job_cancellation_key_required"
-	CodeCancellationKeyReused     = "etl_job_cancellation_key_reused"
-	CodeAlreadySucceeded          = "etl_job_already_succeeded"
-	CodeAlreadyFailed             = "etl_job_already_failed"
-	CodeInvalidPageLimit          = "etl_invalid_job_page_limit"
-	CodeInvalidPageCursor         = "etl_invalid_job_page_cursor"
-	CodeInvalidStatusFilter       = "etl_invalid_job_status_filter"
-	CodeReplayKeyRequired         = "etl_job_replay_key_required"
-	CodeReplayKeyReused           = "etl_job_replay_key_reused"
-	CodeReplayPayloadMismatch     = "etl_job_replay_payload_mismatch"
-	CodeReplaySourceActive        = "etl_job_replay_source_active"
-	CodeReplaySourceSucceeded     = "etl_job_replay_source_succeeded"
-	CodeReplayGenerationExhausted = "etl_job_replay_generation_exhausted"
-	CodeTargetUnavailable         = "etl_target_unavailable"
-	CodeInternalError             = "etl_internal_error"
+	CodeInvalidIdempotencyKey     = codes.InvalidIdempotencyKey
+	CodePrincipalRequired         = codes.PrincipalRequired
+	CodeSubmissionKeyReused       = codes.SubmissionKeyReused
+	CodeIdempotencyKeyReused      = codes.IdempotencyKeyReused
+	CodeJobNotFound               = codes.JobNotFound
+	CodeCancellationKeyRequired   = codes.CancellationKeyRequired
+	CodeCancellationKeyReused     = codes.CancellationKeyReused
+	CodeAlreadySucceeded          = codes.AlreadySucceeded
+	CodeAlreadyFailed             = codes.AlreadyFailed
+	CodeInvalidPageLimit          = codes.InvalidPageLimit
+	CodeInvalidPageCursor         = codes.InvalidPageCursor
+	CodeInvalidStatusFilter       = codes.InvalidStatusFilter
+	CodeReplayKeyRequired         = codes.ReplayKeyRequired
+	CodeReplayKeyReused           = codes.ReplayKeyReused
+	CodeReplayPayloadMismatch     = codes.ReplayPayloadMismatch
+	CodeReplaySourceActive        = codes.ReplaySourceActive
+	CodeReplaySourceSucceeded     = codes.ReplaySourceSucceeded
+	CodeReplayGenerationExhausted = codes.ReplayGenerationExhausted
+	CodeTargetUnavailable         = codes.TargetUnavailable
+	CodeInternalError             = codes.InternalError
 )
 
 // Error is a use-case rejection with a stable Code (one of the Code*

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/tracing"
 )
@@ -71,7 +72,7 @@ type ClaimResult struct {
 
 // Outcome reason codes written by this package.
 const (
-	CodeAttemptsExhausted = "etl_worker_attempts_exhausted"
+	CodeAttemptsExhausted = codes.WorkerAttemptsExhausted
 )
 
 // claimSQL takes up to $1 jobs in one statement.

@@ -5,10 +5,12 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
+
+	"github.com/mightyetl/mightyetl/internal/codes"
 )
 
 // CodeCancelledByOwner is the cancellation_code of an owner's cancellation.
-const CodeCancelledByOwner = "etl_job_cancelled_by_owner"
+const CodeCancelledByOwner = codes.CancelledByOwner
 
 // CancelParams identify one cancellation attempt.
 type CancelParams struct {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/mightyetl/mightyetl/internal/codes"
 )
 
 // The operator console's reads and its cancellation (issue 14). Every read
@@ -24,7 +26,7 @@ import (
 // functions of migration 00010, so the intake role keeps its column grants.
 
 // CodeCancelledByOperator is the cancellation_code of an operator's cancellation.
-const CodeCancelledByOperator = "etl_job_cancelled_by_operator"
+const CodeCancelledByOperator = codes.CancelledByOperator
 
 // OpsActiveCap is the most active jobs one console read visits.
 const OpsActiveCap = 10000

@@ -3,16 +3,18 @@ package worker
 import (
 	"errors"
 	"fmt"
+
+	"github.com/mightyetl/mightyetl/internal/codes"
 )
 
 // Failure codes the worker writes (contract.md "Worker failure codes").
 const (
-	CodeTargetUnavailable = "etl_target_unavailable"
-	CodeTargetFailure     = "etl_target_failure"
-	CodeIntegrityFailure  = "etl_job_integrity_failure"
-	CodeInternalError     = "etl_internal_error"
+	CodeTargetUnavailable = codes.TargetUnavailable
+	CodeTargetFailure     = codes.TargetFailure
+	CodeIntegrityFailure  = codes.JobIntegrityFailure
+	CodeInternalError     = codes.InternalError
 	// CodeJobTimeout: the attempt ran past MIGHTYETL_MAX_JOB_DURATION.
-	CodeJobTimeout = "etl_job_timeout"
+	CodeJobTimeout = codes.JobTimeout
 )
 
 // Typed causes a handler's context is cancelled with; read them with

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/etl"
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/lease"
@@ -66,7 +67,7 @@ func ETLHandler(maxRecords int) Handler {
 
 // CodeDiagnosticFailure is the failure code of a diagnostic job asked to
 // fail permanently.
-const CodeDiagnosticFailure = "etl_diagnostic_requested_failure"
+const CodeDiagnosticFailure = codes.DiagnosticRequestedFailure
 
 // DiagnosticHandler waits durationMillis while honouring its context, then
 // loads its records like an ETL job or fails as asked. Canary probes,

@@ -1,0 +1,152 @@
+// Package codes defines every stable code the service answers or stores,
+// once: the errorCode values of problems (HTTP problem+json, the
+// Mightyetl-Error-Code header, NATS replies and rejections), the
+// failure_code of a FAILED job and the cancellation_code of a CANCELLED
+// one. The packages that produce a code refer to these constants (under
+// their own exported names where they had them); nothing else writes a code
+// as a literal. Codes never change meaning (design.md section 9); the
+// public client mirrors the problem codes as client.ErrorCode constants,
+// and a test keeps both and docs/openapi.yaml in agreement.
+package codes
+
+// Problem codes of the submission, read and cancel use cases (package
+// intake, package etl), answered by every transport.
+const (
+	// InvalidJSON: the body is absent, not UTF-8, not well-formed JSON, not
+	// an array, nests deeper than the limit, has trailing data, or some
+	// object repeats a member name.
+	InvalidJSON = "etl_invalid_json"
+	// InvalidRecord: an array element is not an object, or a record's id, a
+	// field name or an AMOUNT value is invalid.
+	InvalidRecord = "etl_invalid_record"
+	// BatchTooLarge: the array holds more records than
+	// MIGHTYETL_MAX_BATCH_RECORDS.
+	BatchTooLarge = "etl_batch_too_large"
+	// InvalidIdempotencyKey: the Idempotency-Key is malformed.
+	InvalidIdempotencyKey = "etl_invalid_idempotency_key"
+	// PrincipalRequired: the credentials (or a request subject) do not
+	// name a usable principal.
+	PrincipalRequired = "etl_idempotency_principal_required"
+	// SubmissionKeyReused: the key was used for a job with another body.
+	SubmissionKeyReused = "etl_job_submission_key_reused"
+	// IdempotencyKeyReused: the key was used on the synchronous path with
+	// another body.
+	IdempotencyKeyReused = "etl_idempotency_key_reused"
+	// JobNotFound: no such job exists for the caller.
+	JobNotFound = "etl_job_not_found"
+	// CancellationKeyRequired: a cancel without an Idempotency-Key.
+	CancellationKeyRequired = "etl_job_cancellation_key_required"
+	// CancellationKeyReused: the job was cancelled with another key.
+	CancellationKeyReused = "etl_job_cancellation_key_reused"
+	// AlreadySucceeded: the job succeeded before it could be cancelled.
+	AlreadySucceeded = "etl_job_already_succeeded"
+	// AlreadyFailed: the job failed before it could be cancelled.
+	AlreadyFailed = "etl_job_already_failed"
+	// InvalidPageLimit: limit is not a canonical integer from 1 to 100.
+	InvalidPageLimit = "etl_invalid_job_page_limit"
+	// InvalidPageCursor: cursor is not a nextCursor given to this caller.
+	InvalidPageCursor = "etl_invalid_job_page_cursor"
+	// InvalidStatusFilter: status is not a job status.
+	InvalidStatusFilter = "etl_invalid_job_status_filter"
+	// ReplayKeyRequired: a replay without an Idempotency-Key.
+	ReplayKeyRequired = "etl_job_replay_key_required"
+	// ReplayKeyReused: the key replayed another job or with another body.
+	ReplayKeyReused = "etl_job_replay_key_reused"
+	// ReplayPayloadMismatch: the body is not the job's original payload.
+	ReplayPayloadMismatch = "etl_job_replay_payload_mismatch"
+	// ReplaySourceActive: the job is still PENDING or RUNNING.
+	ReplaySourceActive = "etl_job_replay_source_active"
+	// ReplaySourceSucceeded: the job succeeded; only FAILED or CANCELLED
+	// jobs are replayed.
+	ReplaySourceSucceeded = "etl_job_replay_source_succeeded"
+	// ReplayGenerationExhausted: the job is the last replay its chain
+	// allows.
+	ReplayGenerationExhausted = "etl_job_replay_generation_exhausted"
+	// TargetUnavailable: the database is unavailable (retry with the same
+	// key and body); also the failure_code of a job whose transient
+	// failures outlasted its attempts.
+	TargetUnavailable = "etl_target_unavailable"
+	// InternalError: anything else; also the failure_code of a job whose
+	// handler failed unexpectedly.
+	InternalError = "etl_internal_error"
+)
+
+// Problem codes only the HTTP transport answers (package httpapi).
+const (
+	// AuthenticationRequired: valid credentials are required.
+	AuthenticationRequired = "etl_authentication_required"
+	// PayloadTooLarge: the body exceeds the configured size limit.
+	PayloadTooLarge = "etl_payload_too_large"
+	// RouteNotFound: no such resource.
+	RouteNotFound = "etl_route_not_found"
+	// MethodNotAllowed: the resource does not support the method.
+	MethodNotAllowed = "etl_method_not_allowed"
+	// UnsupportedMediaType: a body without Content-Type: application/json.
+	UnsupportedMediaType = "etl_unsupported_media_type"
+	// ServerBusy: the in-flight request body budget is spent; retry after
+	// Retry-After seconds.
+	ServerBusy = "etl_server_busy"
+	// AuthenticationRateLimited: Basic authentication refused the request
+	// for too many failed or waiting logins from its address.
+	AuthenticationRateLimited = "etl_authentication_rate_limited"
+	// AuthenticationOverloaded: password verification is at capacity.
+	AuthenticationOverloaded = "etl_authentication_overloaded"
+	// OperatorRequired: authenticated, but not an operator.
+	OperatorRequired = "etl_operator_required"
+	// OpsInvalidFilter: an operator route's filter value is unknown.
+	OpsInvalidFilter = "etl_ops_invalid_filter"
+)
+
+// Rejection codes only the NATS request consumer answers (package events).
+const (
+	// ReplySubjectForbidden: the request's reply header is not a literal
+	// subject under its principal's reply inbox prefix.
+	ReplySubjectForbidden = "etl_reply_subject_forbidden"
+	// MsgIDNotQualified: the Nats-Msg-Id is not the principal-qualified
+	// idempotency key.
+	MsgIDNotQualified = "etl_nats_msg_id_not_qualified"
+	// RequestDeliveriesExhausted: the request failed internally on every
+	// allowed delivery.
+	RequestDeliveriesExhausted = "etl_request_deliveries_exhausted"
+)
+
+// Failure codes of FAILED jobs (failure_code), besides TargetUnavailable
+// and InternalError.
+const (
+	// TargetFailure: the target refused the job's rows (a constraint or
+	// trigger), or a handler failed permanently with it.
+	TargetFailure = "etl_target_failure"
+	// JobIntegrityFailure: the stored payload does not match its digest.
+	JobIntegrityFailure = "etl_job_integrity_failure"
+	// JobTimeout: the attempt ran past MIGHTYETL_MAX_JOB_DURATION.
+	JobTimeout = "etl_job_timeout"
+	// WorkerAttemptsExhausted: the lease expired on the job's last attempt.
+	WorkerAttemptsExhausted = "etl_worker_attempts_exhausted"
+	// DiagnosticRequestedFailure: a diagnostic job asked to fail.
+	DiagnosticRequestedFailure = "etl_diagnostic_requested_failure"
+)
+
+// Cancellation codes of CANCELLED jobs (cancellation_code).
+const (
+	// CancelledByOwner: the job's owner cancelled it.
+	CancelledByOwner = "etl_job_cancelled_by_owner"
+	// CancelledByOperator: an operator cancelled it.
+	CancelledByOperator = "etl_job_cancelled_by_operator"
+)
+
+// Problems lists every problem code the HTTP API answers, in no particular
+// order: the Problem.errorCode enum of docs/openapi.yaml lists the same set.
+var Problems = []string{
+	InvalidJSON, InvalidRecord, BatchTooLarge, InvalidIdempotencyKey, PrincipalRequired,
+	SubmissionKeyReused, IdempotencyKeyReused, JobNotFound, CancellationKeyRequired,
+	CancellationKeyReused, AlreadySucceeded, AlreadyFailed, InvalidPageLimit, InvalidPageCursor,
+	InvalidStatusFilter, ReplayKeyRequired, ReplayKeyReused, ReplayPayloadMismatch,
+	ReplaySourceActive, ReplaySourceSucceeded, ReplayGenerationExhausted, TargetUnavailable,
+	InternalError, AuthenticationRequired, PayloadTooLarge, RouteNotFound, MethodNotAllowed,
+	UnsupportedMediaType, ServerBusy, AuthenticationRateLimited, AuthenticationOverloaded,
+	OperatorRequired, OpsInvalidFilter,
+}
+
+// Rejections lists the codes only the NATS request consumer decides (a
+// rejection or reply besides the use cases' problem codes).
+var Rejections = []string{PrincipalRequired, ReplySubjectForbidden, MsgIDNotQualified, RequestDeliveriesExhausted}
