@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/metrics"
+	"github.com/mightyetl/mightyetl/internal/startstop"
 	"github.com/mightyetl/mightyetl/internal/tracing"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -150,12 +151,11 @@ type Worker struct {
 	byJob   map[uuid.UUID]*running // the newest held claim of each job
 	running int
 
+	// base runs Start and Stop once each (startstop).
+	base       startstop.Base
 	lifeCtx    context.Context // cancelled by the final stage of Stop
 	lifeCancel context.CancelFunc
 	stopClaim  chan struct{}
-	startOnce  sync.Once
-	stopOnce   sync.Once
-	started    bool
 	producerWG sync.WaitGroup
 	execWG     sync.WaitGroup // one per launched claim until execute returns
 	// runQ hands launched claims to the executor pool: written by launch
@@ -169,8 +169,6 @@ type Worker struct {
 	finishWG   sync.WaitGroup
 	renewStop  chan struct{}
 	finishStop chan struct{}
-	stopErr    error
-	stopDone   chan struct{}
 
 	// testHooks lets tests pause the pipeline at exact points.
 	hooks Hooks
@@ -247,7 +245,6 @@ func New(cfg Config, exec, renew *pgxpool.Pool, handlers map[string]Handler, m *
 		stopClaim:   make(chan struct{}),
 		renewStop:   make(chan struct{}),
 		finishStop:  make(chan struct{}),
-		stopDone:    make(chan struct{}),
 	}
 }
 
@@ -255,12 +252,10 @@ func New(cfg Config, exec, renew *pgxpool.Pool, handlers map[string]Handler, m *
 func (w *Worker) SetHooks(h Hooks) { w.hooks = h }
 
 // Start launches the producer, renewer and completers and returns at once.
-// It returns an error when called twice.
+// A second Start returns startstop.ErrAlreadyStarted, a Start after Stop
+// startstop.ErrStopped: a worker runs once.
 func (w *Worker) Start(ctx context.Context) error {
-	err := errors.New("worker already started")
-	w.startOnce.Do(func() {
-		err = nil
-		w.started = true
+	return w.base.Start(ctx, func(ctx context.Context) (startstop.StopFunc, error) {
 		w.lifeCtx, w.lifeCancel = context.WithCancel(context.WithoutCancel(ctx))
 		for range w.cfg.Completers {
 			w.finishWG.Add(1)
@@ -276,8 +271,8 @@ func (w *Worker) Start(ctx context.Context) error {
 		go w.producer()
 		w.log.Info("worker started", "concurrency", w.cfg.Concurrency,
 			"lease_duration", w.cfg.LeaseDuration.String(), "renew_interval", w.cfg.RenewInterval.String())
+		return w.stop, nil
 	})
-	return err
 }
 
 // Wake asks the producer to claim now (an advisory wake-up). Never blocks.
@@ -318,47 +313,46 @@ func (w *Worker) Running() int {
 	return w.running
 }
 
-// Stop stops claiming, waits up to ShutdownGrace (or ctx) for running jobs,
-// cancels the rest with ErrShutdown and releases their claims, then stops
-// renewal and the completers. Safe to call more than once; later calls wait
-// for the first.
-func (w *Worker) Stop(ctx context.Context) error {
-	w.stopOnce.Do(func() {
-		defer close(w.stopDone)
-		if !w.started {
-			return
-		}
-		close(w.stopClaim)
-		w.producerWG.Wait()
+// Stop stops claiming, waits up to ShutdownGrace (or until ctx ends) for
+// running jobs, cancels the rest with ErrShutdown and releases their claims,
+// then stops renewal and the completers. When ctx ends first, Stop returns
+// ctx.Err() at once and the shutdown goes on in the background (a handler
+// that ignores cancellation keeps its claim, renewed, until it returns); a
+// later Stop waits for it. Stop before Start returns nil; safe to call more
+// than once and concurrently.
+func (w *Worker) Stop(ctx context.Context) error { return w.base.Stop(ctx) }
 
-		done := make(chan struct{})
-		go func() { w.execWG.Wait(); close(done) }()
-		grace := time.NewTimer(w.cfg.ShutdownGrace)
-		select {
-		case <-done:
-		case <-grace.C:
-		case <-ctx.Done():
-		}
-		grace.Stop()
-		// Cancel whatever still runs; executors release their claims.
-		w.mu.Lock()
-		for _, r := range w.live {
-			r.cancel(ErrShutdown)
-		}
-		w.mu.Unlock()
-		<-done
-		close(w.runQ)
-		w.poolWG.Wait()
-		// Only now stop renewing: every claim is finished or released.
-		close(w.renewStop)
-		w.renewWG.Wait()
-		close(w.finishStop)
-		w.finishWG.Wait()
-		w.lifeCancel()
-		w.log.Info("worker stopped")
-	})
-	<-w.stopDone
-	return w.stopErr
+// stop is the worker's shutdown, run once by the first Stop.
+func (w *Worker) stop(ctx context.Context) error {
+	close(w.stopClaim)
+	w.producerWG.Wait()
+
+	done := make(chan struct{})
+	go func() { w.execWG.Wait(); close(done) }()
+	grace := time.NewTimer(w.cfg.ShutdownGrace)
+	select {
+	case <-done:
+	case <-grace.C:
+	case <-ctx.Done():
+	}
+	grace.Stop()
+	// Cancel whatever still runs; executors release their claims.
+	w.mu.Lock()
+	for _, r := range w.live {
+		r.cancel(ErrShutdown)
+	}
+	w.mu.Unlock()
+	<-done
+	close(w.runQ)
+	w.poolWG.Wait()
+	// Only now stop renewing: every claim is finished or released.
+	close(w.renewStop)
+	w.renewWG.Wait()
+	close(w.finishStop)
+	w.finishWG.Wait()
+	w.lifeCancel()
+	w.log.Info("worker stopped")
+	return nil
 }
 
 // producer claims whenever slots are free and a reason to look arrives.
