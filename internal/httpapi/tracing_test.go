@@ -62,15 +62,20 @@ func TestSpansCarryNoSecrets(t *testing.T) {
 	wreg := prometheus.NewRegistry()
 	var mu sync.Mutex
 	var claimIDs []string
+	// Each handler notes the lease id it ran under.
+	handlers := worker.DefaultHandlers(1000)
+	for kind, h := range handlers {
+		handlers[kind] = func(ctx context.Context, c *lease.Claim) (worker.Output, error) {
+			mu.Lock()
+			claimIDs = append(claimIDs, c.ClaimID.String())
+			mu.Unlock()
+			return h(ctx, c)
+		}
+	}
 	w := worker.New(worker.Config{OwnerID: "tracing-test-worker", Concurrency: 2, PollInterval: 20 * time.Millisecond,
 		LeaseDuration: 30 * time.Second, RenewInterval: 10 * time.Second, SafetyMargin: 5 * time.Second,
 		RetryBaseDelay: time.Millisecond, RetryMaxDelay: time.Millisecond, ShutdownGrace: 5 * time.Second},
-		newPool(4), newPool(2), worker.DefaultHandlers(1000), metrics.NewWorker(wreg), nil)
-	w.SetHooks(worker.Hooks{BeforeFinish: func(c *lease.Claim) {
-		mu.Lock()
-		claimIDs = append(claimIDs, c.ClaimID.String())
-		mu.Unlock()
-	}})
+		newPool(4), newPool(2), handlers, metrics.NewWorker(wreg), nil)
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

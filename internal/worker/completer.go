@@ -2,14 +2,17 @@ package worker
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mightyetl/mightyetl/internal/etl"
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/startstop"
 	"github.com/mightyetl/mightyetl/internal/tracing"
 	"go.opentelemetry.io/otel/attribute"
 )
@@ -29,19 +32,6 @@ func newFinishReq(r *running, out Output) *finishReq {
 		req.bytes += len(row.Data) + len(row.Normalized)
 	}
 	return req
-}
-
-// finishSuccess hands a successful result to the completers and waits for
-// its commit, through fencedWrite: a transient database error is retried
-// while the lease is ours, a deterministic one fails the job with
-// etl_target_failure, a lost lease is final. (The completer bounds the
-// finish transaction with StatementTimeout.)
-func (w *Worker) finishSuccess(r *running, out Output) string {
-	return w.fencedWrite(r, metrics.OutcomeSucceeded, func(context.Context) error {
-		req := newFinishReq(r, out)
-		w.finishQ <- req
-		return <-req.reply
-	})
 }
 
 // group is a finish group being formed: at most FinishBatch jobs,
@@ -67,58 +57,127 @@ func (g *group) add(c *Config, req *finishReq) bool {
 	return true
 }
 
-// completer commits finished jobs in groups: whatever is queued when a
-// group starts forming, plus what arrives within FinishLinger of its first
-// result, up to the group bounds, shares it. A result that does not fit
-// starts the next group.
+// completer commits successful results in finish groups, on Completers
+// goroutines of its own: whatever is queued when a group starts forming,
+// plus what arrives within FinishLinger of its first result, up to the group
+// bounds, shares one transaction. A result that does not fit starts the next
+// group.
 //
-// Groups form one at a time (formMu): while one completer gathers a group,
-// the others commit theirs or wait their turn to gather. So idle completers
-// never split the results of one linger window between them (at 8 slots
-// four idle completers made groups of 2.8 jobs, each its own commit), and a
-// busy database grows the groups instead of the number of commits, as in a
-// pipelined group commit.
-func (w *Worker) completer() {
-	defer w.finishWG.Done()
-	g := &group{reqs: make([]*finishReq, 0, w.cfg.FinishBatch)}
+// Groups form one at a time (formMu): while one completer goroutine gathers
+// a group, the others commit theirs or wait their turn to gather. So idle
+// completers never split the results of one linger window between them (at
+// 8 slots four idle completers made groups of 2.8 jobs, each its own
+// commit), and a busy database grows the groups instead of the number of
+// commits, as in a pipelined group commit.
+//
+// Start it before the executor pool and Stop it after: every finish request
+// is answered before Stop returns.
+type completer struct {
+	base   startstop.Base
+	cfg    *Config
+	db     *pgxpool.Pool
+	claims *claimSet
+	m      *metrics.Worker
+	sig    *testSignals
+
+	// ctx is the completer's life: finish transactions run under it;
+	// cancelled once the completer stopped.
+	ctx context.Context
+	// finishQ carries successful results: written by finish on the executor
+	// goroutines, read by the completer goroutine gathering a group.
+	finishQ chan *finishReq
+	// stopping is closed by Stop: read by the completer goroutines, which
+	// commit what they hold and return.
+	stopping chan struct{}
+	// formMu lets one completer goroutine at a time gather a group; carry
+	// is the result that did not fit the last group formed (guarded by
+	// formMu).
+	formMu sync.Mutex
+	carry  *finishReq
+}
+
+func newCompleter(cfg *Config, db *pgxpool.Pool, claims *claimSet, m *metrics.Worker, sig *testSignals) *completer {
+	return &completer{cfg: cfg, db: db, claims: claims, m: m, sig: sig,
+		finishQ: make(chan *finishReq, cfg.Concurrency), stopping: make(chan struct{})}
+}
+
+// Start launches the Completers goroutines.
+func (cp *completer) Start(ctx context.Context) error {
+	return cp.base.Start(ctx, func(ctx context.Context) (startstop.StopFunc, error) {
+		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		cp.ctx = ctx
+		var wg sync.WaitGroup
+		for range cp.cfg.Completers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cp.loop()
+			}()
+		}
+		return func(context.Context) error {
+			close(cp.stopping)
+			wg.Wait()
+			cancel()
+			return nil
+		}, nil
+	})
+}
+
+// Stop stops the completer goroutines and waits for them (startstop
+// semantics). Call it only once no finish is pending.
+func (cp *completer) Stop(ctx context.Context) error { return cp.base.Stop(ctx) }
+
+// Done is closed once Stop finished (startstop.Base.Done).
+func (cp *completer) Done() <-chan struct{} { return cp.base.Done() }
+
+// finish hands a successful result to the completers and waits for its
+// group to commit (finisher).
+func (cp *completer) finish(r *running, out Output) error {
+	req := newFinishReq(r, out)
+	cp.finishQ <- req
+	return <-req.reply
+}
+
+func (cp *completer) loop() {
+	g := &group{reqs: make([]*finishReq, 0, cp.cfg.FinishBatch)}
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
 	for {
-		if !w.formGroup(g, linger) {
+		if !cp.formGroup(g, linger) {
 			return
 		}
-		w.commitGroup(g.reqs, g.rows)
+		cp.commitGroup(g.reqs, g.rows)
 	}
 }
 
 // formGroup gathers the next group into g under formMu and reports false
-// when the completers stop with nothing gathered.
-func (w *Worker) formGroup(g *group, linger *time.Timer) bool {
-	w.formMu.Lock()
-	defer w.formMu.Unlock()
-	first := w.carry
-	w.carry = nil
+// when the completer stops with nothing gathered.
+func (cp *completer) formGroup(g *group, linger *time.Timer) bool {
+	cp.formMu.Lock()
+	defer cp.formMu.Unlock()
+	first := cp.carry
+	cp.carry = nil
 	if first == nil {
 		select {
-		case first = <-w.finishQ:
-		case <-w.finishStop:
+		case first = <-cp.finishQ:
+		case <-cp.stopping:
 			return false
 		}
 	}
 	g.reqs, g.rows, g.bytes = g.reqs[:0], 0, 0
-	g.add(&w.cfg, first)
+	g.add(cp.cfg, first)
 	// take adds more to the group, or keeps it for the next group.
 	take := func(more *finishReq) bool {
-		if g.add(&w.cfg, more) {
+		if g.add(cp.cfg, more) {
 			return true
 		}
-		w.carry = more
+		cp.carry = more
 		return false
 	}
 drain:
-	for !g.full(&w.cfg) {
+	for !g.full(cp.cfg) {
 		select {
-		case more := <-w.finishQ:
+		case more := <-cp.finishQ:
 			if !take(more) {
 				break drain
 			}
@@ -126,18 +185,18 @@ drain:
 			break drain
 		}
 	}
-	if w.carry == nil && !g.full(&w.cfg) && w.cfg.FinishLinger > 0 {
-		linger.Reset(w.cfg.FinishLinger)
+	if cp.carry == nil && !g.full(cp.cfg) && cp.cfg.FinishLinger > 0 {
+		linger.Reset(cp.cfg.FinishLinger)
 	wait:
-		for !g.full(&w.cfg) {
+		for !g.full(cp.cfg) {
 			select {
-			case more := <-w.finishQ:
+			case more := <-cp.finishQ:
 				if !take(more) {
 					break wait
 				}
 			case <-linger.C:
 				break wait
-			case <-w.finishStop:
+			case <-cp.stopping:
 				break wait
 			}
 		}
@@ -149,24 +208,22 @@ drain:
 // commitGroup commits a group; if the group fails for a reason other than an
 // unavailable database, each job is tried alone so one bad job cannot block
 // the others.
-func (w *Worker) commitGroup(batch []*finishReq, rows int) {
-	if w.hooks.FinishGroup != nil {
-		w.hooks.FinishGroup(len(batch), rows)
-	}
-	w.setFinishing(batch, true)
-	err := w.commitFinish(batch)
+func (cp *completer) commitGroup(batch []*finishReq, rows int) {
+	cp.sig.finishGroup.signal([2]int{len(batch), rows})
+	cp.setFinishing(batch, true)
+	err := cp.commitFinish(batch)
 	if err != nil && len(batch) > 1 && !isTransientDB(err) {
 		for _, req := range batch {
 			one := []*finishReq{req}
-			if err := w.commitFinish(one); err != nil {
-				w.setFinishing(one, false)
+			if err := cp.commitFinish(one); err != nil {
+				cp.setFinishing(one, false)
 				req.reply <- err
 			}
 		}
 		return
 	}
 	if err != nil {
-		w.setFinishing(batch, false)
+		cp.setFinishing(batch, false)
 		for _, req := range batch {
 			req.reply <- err
 		}
@@ -174,14 +231,13 @@ func (w *Worker) commitGroup(batch []*finishReq, rows int) {
 }
 
 // setFinishing marks the claims of batch as held by a completer, or no
-// longer (their finish failed and will be tried again): renewal skips them
-// while marked.
-func (w *Worker) setFinishing(batch []*finishReq, on bool) {
-	w.mu.Lock()
-	for _, req := range batch {
-		req.r.finishing = on
+// longer (see claimSet.setFinishing).
+func (cp *completer) setFinishing(batch []*finishReq, on bool) {
+	rs := make([]*running, len(batch))
+	for i, req := range batch {
+		rs[i] = req.r
 	}
-	w.mu.Unlock()
+	cp.claims.setFinishing(rs, on)
 }
 
 // commitFinish is the finish transaction: fenced success for every job of
@@ -195,17 +251,17 @@ func (w *Worker) setFinishing(batch []*finishReq, on bool) {
 // SUCCEEDED row and its processed_data rows (keyed by job id), and no
 // endpoint ever read the ledger text of a durable job. The ledger remains the
 // synchronous path's idempotency store (docs/architecture.md).
-func (w *Worker) commitFinish(batch []*finishReq) error {
+func (cp *completer) commitFinish(batch []*finishReq) error {
 	refs := make([]lease.Ref, len(batch))
 	for i, req := range batch {
 		refs[i] = req.r.claim.Ref
 	}
-	ctx, cancel := context.WithTimeout(w.lifeCtx, w.cfg.StatementTimeout)
+	ctx, cancel := context.WithTimeout(cp.ctx, cp.cfg.StatementTimeout)
 	defer cancel()
 	ctx, span := tracing.Start(ctx, "worker.finish", attribute.Int("group.size", len(batch)))
 	var won map[uuid.UUID]bool // by claim id: two claims of one job may share a group
-	err := pg.WithTx(ctx, w.exec, func(tx pgx.Tx) error {
-		winners, err := lease.Succeed(ctx, tx, w.cfg.OwnerID, refs)
+	err := pg.WithTx(ctx, cp.db, func(tx pgx.Tx) error {
+		winners, err := lease.Succeed(ctx, tx, cp.cfg.OwnerID, refs)
 		if err != nil {
 			return err
 		}
@@ -213,8 +269,8 @@ func (w *Worker) commitFinish(batch []*finishReq) error {
 		for _, wn := range winners {
 			won[wn.ClaimID] = true
 		}
-		if w.hooks.InFinishTx != nil {
-			w.hooks.InFinishTx()
+		if cp.sig.inFinishTx != nil {
+			cp.sig.inFinishTx()
 		}
 		var rows []etl.TargetRow
 		for _, req := range batch {
@@ -231,7 +287,7 @@ func (w *Worker) commitFinish(batch []*finishReq) error {
 	if err != nil {
 		return err
 	}
-	w.m.FinishBatchSize.Observe(float64(len(won)))
+	cp.m.FinishBatchSize.Observe(float64(len(won)))
 	for _, req := range batch {
 		if won[req.r.claim.ClaimID] {
 			req.reply <- nil

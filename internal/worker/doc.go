@@ -1,21 +1,21 @@
-// Package worker runs claimed durable jobs: a producer loop that claims up to
-// the free execution slots, one goroutine per running job, a renewer that
-// extends every live lease on its own goroutine and connection pool, and
-// completers that commit finished jobs in groups.
+// Package worker runs claimed durable jobs. A Worker composes four roles,
+// each its own type with its own Start and Stop (internal/startstop), around
+// one record of the claims it holds (claimSet):
 //
-// Shape and order:
+//	producer      claims (lease.ClaimJobs) when a slot frees, a wake-up arrives or the poll interval
+//	              passes, and hands each claim to the executor pool (launcher)
+//	executorPool  runs the handler for the job kind OUTSIDE any transaction, under a context that is
+//	              cancelled (with a typed cause) as soon as the lease is known lost; then settles the
+//	              claim: a success goes to the completer (finisher), anything else is one fenced write
+//	completer     one short transaction per group: fenced success first (lease.Succeed), then the
+//	              target rows of the jobs that won; losers write nothing
+//	renewer       every RenewInterval one lease.Renew for all live claims on its own pool; zero rows
+//	              for a claim cancels its handler (ErrLeaseLost); database errors are retried only
+//	              while the worker's own conservative view of the lease leaves time (fail closed)
 //
-//	producer  claims (lease.ClaimJobs) when a slot frees, a wake-up arrives or the poll interval passes
-//	executor  runs the handler for the job kind OUTSIDE any transaction, under a context that is
-//	          cancelled (with a typed cause) as soon as the lease is known lost
-//	completer one short transaction per group: fenced success first (lease.Succeed), then the
-//	          target rows and ledger rows of the jobs that won; losers write nothing
-//	renewer   every RenewInterval one lease.Renew for all live claims; zero rows for a claim
-//	          cancels its handler (ErrLeaseLost); database errors are retried only while the
-//	          worker's own conservative view of the lease leaves time (fail closed)
-//
-// Stop: stop claiming, wait up to ShutdownGrace for running handlers while
-// renewals continue, cancel the rest (ErrShutdown) and Release their claims,
-// then stop the renewer and the completers. Renewal never runs for a claim the
-// worker has abandoned.
+// Stop runs the roles' Stops in order: the producer stops claiming; the
+// executor pool waits up to ShutdownGrace for running handlers while
+// renewals continue, cancels the rest (ErrShutdown) and Releases their
+// claims; then the renewer and the completer stop. Renewal never runs for a
+// claim the worker has abandoned.
 package worker

@@ -49,11 +49,10 @@ CREATE TRIGGER reject_marked_rows BEFORE INSERT ON processed_data
 	ids := insert(t, pool, specs...)
 	cfg := fastConfig()
 	cfg.FinishLinger = 50 * time.Millisecond // let the jobs share finish groups
-	h := newWorker(t, url, cfg, worker.Hooks{})
+	h := newWorker(t, url, cfg, worker.TestHooks{})
 	h.start(t)
-	testwait.For(t, 60*time.Second, "every job finished", func() bool {
-		return h.outcome(metrics.OutcomeSucceeded) == 7 && h.outcome(metrics.OutcomeFailed) == 1
-	})
+	h.awaitOutcome(t, 60*time.Second, "every job finished", metrics.OutcomeSucceeded, 7)
+	h.awaitOutcome(t, 60*time.Second, "every job finished", metrics.OutcomeFailed, 1)
 	st, attempts, code := jobState(t, pool, ids[0])
 	if st != pg.StatusFailed || attempts != 1 || code == nil || *code != worker.CodeTargetFailure {
 		t.Fatalf("refused job %s attempt %d code %v, want FAILED %s on attempt 1", st, attempts, code, worker.CodeTargetFailure)
@@ -99,9 +98,9 @@ CREATE TRIGGER flaky_target BEFORE INSERT ON processed_data
 	ids := insert(t, pool, jobSpec{payload: records(3, "flaky")})
 	cfg := fastConfig()
 	cfg.Concurrency = 1
-	h := newWorker(t, url, cfg, worker.Hooks{})
+	h := newWorker(t, url, cfg, worker.TestHooks{})
 	h.start(t)
-	testwait.For(t, 60*time.Second, "job succeeded", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 1 })
+	h.awaitOutcome(t, 60*time.Second, "job succeeded", metrics.OutcomeSucceeded, 1)
 	if st, attempts, _ := jobState(t, pool, ids[0]); st != pg.StatusSucceeded || attempts != 1 {
 		t.Fatalf("job %s after %d attempts, want SUCCEEDED on the first", st, attempts)
 	}
@@ -130,7 +129,7 @@ func TestRenewalNeverWaitsOnTheWorkersOwnFinish(t *testing.T) {
 	// Long enough that nothing expires, renews or times out by itself while
 	// the finish is held: only the explicit round below renews.
 	cfg.LeaseDuration, cfg.RenewInterval, cfg.StatementTimeout = 3*time.Minute, time.Minute, 3*time.Minute
-	h := newWorker(t, url, cfg, worker.Hooks{InFinishTx: func() {
+	h := newWorker(t, url, cfg, worker.TestHooks{InFinishTx: func() {
 		first := false
 		once.Do(func() { first = true; close(inTx) })
 		if first {
@@ -162,7 +161,7 @@ func TestRenewalNeverWaitsOnTheWorkersOwnFinish(t *testing.T) {
 		t.Fatalf("running job's lease %v not extended past %v", after, before)
 	}
 	closeOnce(release)
-	testwait.For(t, 30*time.Second, "the held finish committed", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 1 })
+	h.awaitOutcome(t, 30*time.Second, "the held finish committed", metrics.OutcomeSucceeded, 1)
 	h.w.RenewOnce() // the finished claim is gone from the live set: not stale
 	if v := testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalStale)); v != 0 {
 		t.Fatalf("stale renewals %v", v)
@@ -198,7 +197,6 @@ func TestFinishGroupsAreBoundedByRows(t *testing.T) {
 	}
 	insert(t, pool, specs...)
 	type grp struct{ jobs, rows int }
-	var mu sync.Mutex
 	var groups []grp
 	cfg := fastConfig()
 	cfg.FinishMaxRows = 10
@@ -207,18 +205,16 @@ func TestFinishGroupsAreBoundedByRows(t *testing.T) {
 	// groups form from all of them and the bounds decide their size.
 	var reached sync.WaitGroup
 	reached.Add(len(specs))
-	h := newWorker(t, url, cfg, worker.Hooks{
+	h := newWorker(t, url, cfg, worker.TestHooks{
 		BeforeFinish: func(*lease.Claim) { reached.Done(); reached.Wait() },
-		FinishGroup: func(jobs, rows int) {
-			mu.Lock()
-			groups = append(groups, grp{jobs, rows})
-			mu.Unlock()
-		},
 	})
 	h.start(t)
-	testwait.For(t, 60*time.Second, "every job succeeded", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 8 })
-	mu.Lock()
-	defer mu.Unlock()
+	h.awaitOutcome(t, 60*time.Second, "every job succeeded", metrics.OutcomeSucceeded, 8)
+	// Every group committed before its jobs' outcomes settled.
+	for len(h.sig.FinishGroup) > 0 {
+		g := <-h.sig.FinishGroup
+		groups = append(groups, grp{g[0], g[1]})
+	}
 	jobs := 0
 	for _, g := range groups {
 		jobs += g.jobs
@@ -257,7 +253,7 @@ func TestClaimIsBoundedByTheStatementTimeout(t *testing.T) {
 	logText := func() string { bufMu.Lock(); defer bufMu.Unlock(); return buf.String() }
 	cfg := fastConfig()
 	cfg.StatementTimeout = 200 * time.Millisecond
-	h := newWorkerWith(t, url, cfg, worker.Hooks{}, harnessOptions{log: slog.New(slog.NewJSONHandler(logs, nil))})
+	h := newWorkerWith(t, url, cfg, worker.TestHooks{}, harnessOptions{log: slog.New(slog.NewJSONHandler(logs, nil))})
 	h.start(t)
 	testwait.For(t, 30*time.Second, "a claim ended by its timeout", func() bool {
 		return strings.Contains(logText(), `"error_class":"timeout"`)
@@ -266,7 +262,7 @@ func TestClaimIsBoundedByTheStatementTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	insert(t, pool, jobSpec{payload: records(1, "after")})
-	testwait.For(t, 30*time.Second, "the job after the lock succeeded", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 1 })
+	h.awaitOutcome(t, 30*time.Second, "the job after the lock succeeded", metrics.OutcomeSucceeded, 1)
 }
 
 // An attempt that runs past MaxJobDuration is cancelled with ErrJobTimeout,
@@ -285,7 +281,7 @@ func TestJobPastItsMaximumDurationFailsWithJobTimeout(t *testing.T) {
 	}
 	cfg := fastConfig()
 	cfg.MaxJobDuration = 300 * time.Millisecond
-	h := newWorkerWith(t, url, cfg, worker.Hooks{}, harnessOptions{handlers: handlers})
+	h := newWorkerWith(t, url, cfg, worker.TestHooks{}, harnessOptions{handlers: handlers})
 	h.start(t)
 	select {
 	case cause := <-causes:
@@ -295,7 +291,7 @@ func TestJobPastItsMaximumDurationFailsWithJobTimeout(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the handler was not cancelled")
 	}
-	testwait.For(t, 30*time.Second, "job failed", func() bool { return h.outcome(metrics.OutcomeFailed) == 1 })
+	h.awaitOutcome(t, 30*time.Second, "job failed", metrics.OutcomeFailed, 1)
 	if st, attempts, code := jobState(t, pool, ids[0]); st != pg.StatusFailed || attempts != 1 || code == nil || *code != worker.CodeJobTimeout {
 		t.Fatalf("job %s attempt %d code %v, want FAILED %s on attempt 1", st, attempts, code, worker.CodeJobTimeout)
 	}

@@ -4,67 +4,187 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/startstop"
 	"github.com/mightyetl/mightyetl/internal/tracing"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // maxWriteBackoff caps the wait between tries of a fenced write that failed
 // with a transient database error.
 const maxWriteBackoff = time.Second
 
-// execute runs one claim to its outcome and frees its slot.
-func (w *Worker) execute(ctx context.Context, r *running) {
-	defer w.execWG.Done()
-	defer w.done(r)
+// finisher commits successful results in finish groups: the executor pool's
+// only way to the completers.
+type finisher interface {
+	// finish commits r's output and returns nil when its lease won,
+	// lease.ErrLost when it did not (nothing was written for it), or the
+	// error that kept the group from committing.
+	finish(r *running, out Output) error
+}
+
+// executorPool runs launched claims to their outcome on a fixed pool of
+// maxLive() goroutines: at most Concurrency running handlers, the rest
+// settling outcomes (retry, failure, release, or waiting for a completer).
+// A fixed pool replaces a goroutine per job: the stacks stay grown, so a job
+// costs no goroutine creation or stack growth (measured in the burndown
+// profile as a tenth of the worker's CPU).
+//
+// Start it before the producer and Stop it after: Stop waits up to
+// ShutdownGrace (or until its context ends) for the running claims, cancels
+// the rest with ErrShutdown, waits for them to release, and stops the
+// goroutines.
+type executorPool struct {
+	base     startstop.Base
+	cfg      *Config
+	db       *pgxpool.Pool
+	claims   *claimSet
+	done     finisher
+	handlers map[string]Handler
+	m        *metrics.Worker
+	log      *slog.Logger
+	sig      *testSignals
+
+	// ctx is the pool's life: handler contexts derive from it and fenced
+	// writes run under it; cancelled once the pool stopped.
+	ctx context.Context
+	// runQ hands launched claims to the executor goroutines: written by
+	// launch on the producer goroutine (never more than maxLive() claims are
+	// live, so it never blocks), read by the maxLive() executor goroutines,
+	// closed by Stop once every claim has settled.
+	runQ chan *running
+	// inflight counts launched claims until their outcome settled.
+	inflight sync.WaitGroup
+}
+
+func newExecutorPool(cfg *Config, db *pgxpool.Pool, claims *claimSet, done finisher, handlers map[string]Handler,
+	m *metrics.Worker, log *slog.Logger, sig *testSignals) *executorPool {
+	return &executorPool{cfg: cfg, db: db, claims: claims, done: done, handlers: handlers, m: m, log: log, sig: sig,
+		runQ: make(chan *running, cfg.maxLive())}
+}
+
+// Start launches the executor goroutines.
+func (e *executorPool) Start(ctx context.Context) error {
+	return e.base.Start(ctx, func(ctx context.Context) (startstop.StopFunc, error) {
+		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		e.ctx = ctx
+		var pool sync.WaitGroup
+		for range e.cfg.maxLive() {
+			pool.Add(1)
+			go func() {
+				defer pool.Done()
+				for r := range e.runQ {
+					e.execute(r.ctx, r)
+				}
+			}()
+		}
+		return func(ctx context.Context) error {
+			settled := make(chan struct{})
+			go func() { e.inflight.Wait(); close(settled) }()
+			grace := time.NewTimer(e.cfg.ShutdownGrace)
+			select {
+			case <-settled:
+			case <-grace.C:
+			case <-ctx.Done():
+			}
+			grace.Stop()
+			// Cancel whatever still runs; executors release their claims.
+			e.claims.cancelAll(ErrShutdown)
+			<-settled
+			close(e.runQ)
+			pool.Wait()
+			cancel()
+			return nil
+		}, nil
+	})
+}
+
+// Stop drains the pool (startstop semantics; see executorPool).
+func (e *executorPool) Stop(ctx context.Context) error { return e.base.Stop(ctx) }
+
+// Done is closed once Stop finished (startstop.Base.Done).
+func (e *executorPool) Done() <-chan struct{} { return e.base.Done() }
+
+// launch records a claim and queues it for an executor.
+func (e *executorPool) launch(c lease.Claim, sent time.Time) {
+	// The exemplar is the submit's trace: a slow pickup leads to the job.
+	var submit trace.SpanContext
+	if c.SubmitTraceparent != "" {
+		submit, _ = tracing.ParseTraceparent(c.SubmitTraceparent)
+	}
+	tracing.Observe(e.m.PickupLatency, c.PickupDelay.Seconds(), submit)
+	ctx, cancel := context.WithCancelCause(e.ctx)
+	r := &running{claim: c, localDeadline: sent.Add(e.cfg.LeaseDuration), ctx: ctx, cancel: cancel, started: time.Now()}
+	r.timer = time.AfterFunc(e.cfg.MaxJobDuration, func() { e.claims.timeOut(r) })
+	if old := e.claims.add(r); old != nil {
+		e.claims.markLost(old, metrics.LostSuperseded, ErrLeaseLost)
+	}
+	e.inflight.Add(1)
+	e.runQ <- r
+}
+
+// execute runs one claim to its outcome and settles it.
+func (e *executorPool) execute(ctx context.Context, r *running) {
+	defer e.inflight.Done()
+	defer e.claims.settle(r)
 	c := &r.claim
 	// One span per execution, from claim to settled outcome. Claims are
 	// batched, so it is a root span, not the claim batch's child.
 	ctx, span := tracing.StartExecution(ctx, c.Kind, c.Attempt, c.SubmitTraceparent)
 	defer span.End()
 
-	out, herr := w.runHandler(ctx, c)
+	out, herr := e.runHandler(ctx, c)
 	returned := time.Now()
-	if w.hooks.BeforeFinish != nil {
-		w.hooks.BeforeFinish(c)
+	if e.sig.beforeFinish != nil {
+		e.sig.beforeFinish(c)
 	}
 	// The handler is done: its slot may run another job while this claim's
-	// outcome commits (the claim stays live and renewed until done). After
-	// the test hook, so a test that pauses a finish also holds the slot.
-	w.freeSlot(r)
+	// outcome commits (the claim stays live and renewed until settled).
+	// After the test pause, so a test that pauses a finish also holds the
+	// slot.
+	e.claims.freeSlot(r)
 
 	var outcome string
 	switch {
 	case herr == nil:
-		outcome = w.finishSuccess(r, out)
+		outcome = e.fencedWrite(r, metrics.OutcomeSucceeded, func(context.Context) error {
+			// The completer bounds the finish transaction with StatementTimeout.
+			return e.done.finish(r, out)
+		})
 	case ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrJobTimeout):
 		// Past MaxJobDuration: whatever the handler returned on its way
 		// out, the attempt ends the job (rerunning it would take as long).
-		w.log.Warn("job ran past its maximum duration; the job fails", "job_kind", c.Kind)
-		outcome = w.fencedWrite(r, metrics.OutcomeFailed, func(ctx context.Context) error {
-			return lease.Fail(ctx, w.exec, c.Ref, CodeJobTimeout)
+		e.log.Warn("job ran past its maximum duration; the job fails", "job_kind", c.Kind)
+		outcome = e.fencedWrite(r, metrics.OutcomeFailed, func(ctx context.Context) error {
+			return lease.Fail(ctx, e.db, c.Ref, CodeJobTimeout)
 		})
 	case ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrShutdown) && stoppedByCancel(herr):
-		outcome = w.fencedWrite(r, metrics.OutcomeReleased, func(ctx context.Context) error {
-			return lease.Release(ctx, w.exec, c.Ref)
+		outcome = e.fencedWrite(r, metrics.OutcomeReleased, func(ctx context.Context) error {
+			return lease.Release(ctx, e.db, c.Ref)
 		})
 	case ctx.Err() != nil && (errors.Is(context.Cause(ctx), ErrLeaseLost) || errors.Is(context.Cause(ctx), ErrRevoked)):
 		// Authority is gone: write nothing, find out why.
-		outcome = w.classifyLost(r)
+		outcome = e.classifyLost(r)
 	default:
-		outcome = w.finishFailure(r, herr)
+		outcome = e.finishFailure(r, herr)
 	}
 	if outcome == metrics.OutcomeCancelled {
-		w.observeCancelToStop(r, returned)
+		e.observeCancelToStop(r, returned)
 	}
 	tracing.SetOutcome(span, outcome)
 	if outcome != "" {
-		w.m.Outcomes.WithLabelValues(outcome).Inc()
-		tracing.Observe(w.m.ExecutionSeconds.WithLabelValues(outcome), time.Since(r.started).Seconds(), span.SpanContext())
+		e.m.Outcomes.WithLabelValues(outcome).Inc()
+		tracing.Observe(e.m.ExecutionSeconds.WithLabelValues(outcome), time.Since(r.started).Seconds(), span.SpanContext())
 	}
+	e.sig.outcome.signal(outcome)
 }
 
 // stoppedByCancel reports whether a handler's error is its context ending
@@ -76,14 +196,14 @@ func stoppedByCancel(herr error) bool {
 }
 
 // runHandler calls the kind's handler, turning a panic into an internal failure.
-func (w *Worker) runHandler(ctx context.Context, c *lease.Claim) (out Output, err error) {
-	h := w.handlers[c.Kind]
+func (e *executorPool) runHandler(ctx context.Context, c *lease.Claim) (out Output, err error) {
+	h := e.handlers[c.Kind]
 	if h == nil {
 		return Output{}, Permanent(CodeInternalError, errors.New("no handler for job kind"))
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			w.log.Error("handler panicked", "job_kind", c.Kind)
+			e.log.Error("handler panicked", "job_kind", c.Kind)
 			out, err = Output{}, Permanent(CodeInternalError, fmt.Errorf("handler panic"))
 		}
 	}()
@@ -92,7 +212,7 @@ func (w *Worker) runHandler(ctx context.Context, c *lease.Claim) (out Output, er
 
 // finishFailure retries a transient failure while attempts remain, and fails
 // the job otherwise.
-func (w *Worker) finishFailure(r *running, herr error) string {
+func (e *executorPool) finishFailure(r *running, herr error) string {
 	c := &r.claim
 	var fe *Error
 	if !errors.As(herr, &fe) {
@@ -103,17 +223,17 @@ func (w *Worker) finishFailure(r *running, herr error) string {
 		}
 	}
 	if fe.Transient && c.Attempt < c.MaxAttempts {
-		delay := backoff(w.cfg.RetryBaseDelay, w.cfg.RetryMaxDelay, c.Attempt)
-		return w.fencedWrite(r, metrics.OutcomeRetried, func(ctx context.Context) error {
-			return lease.Retry(ctx, w.exec, c.Ref, delay)
+		delay := backoff(e.cfg.RetryBaseDelay, e.cfg.RetryMaxDelay, c.Attempt)
+		return e.fencedWrite(r, metrics.OutcomeRetried, func(ctx context.Context) error {
+			return lease.Retry(ctx, e.db, c.Ref, delay)
 		})
 	}
 	code := fe.Code
 	if fe.Transient {
 		code = CodeTargetUnavailable
 	}
-	return w.fencedWrite(r, metrics.OutcomeFailed, func(ctx context.Context) error {
-		return lease.Fail(ctx, w.exec, c.Ref, code)
+	return e.fencedWrite(r, metrics.OutcomeFailed, func(ctx context.Context) error {
+		return lease.Fail(ctx, e.db, c.Ref, code)
 	})
 }
 
@@ -130,34 +250,34 @@ func (w *Worker) finishFailure(r *running, herr error) string {
 //     the target refused (a constraint or trigger rejecting a row) fails the
 //     job at once with etl_target_failure, by a fenced write on this attempt;
 //     another write that fails so is abandoned to expire.
-func (w *Worker) fencedWrite(r *running, success string, write func(ctx context.Context) error) string {
+func (e *executorPool) fencedWrite(r *running, success string, write func(ctx context.Context) error) string {
 	for i := 0; ; i++ {
-		ctx, cancel := context.WithTimeout(w.lifeCtx, w.cfg.StatementTimeout)
+		ctx, cancel := context.WithTimeout(e.ctx, e.cfg.StatementTimeout)
 		err := write(ctx)
 		cancel()
 		switch {
 		case err == nil:
 			return success
 		case errors.Is(err, lease.ErrLost):
-			w.markLost(r, metrics.LostFencedWrite, ErrLeaseLost)
-			return w.classifyLost(r)
-		case w.lifeCtx.Err() != nil:
+			e.claims.markLost(r, metrics.LostFencedWrite, ErrLeaseLost)
+			return e.classifyLost(r)
+		case e.ctx.Err() != nil:
 			return ""
 		case !isTransientDB(err):
 			if success == metrics.OutcomeSucceeded {
-				w.log.Warn("the target refused the job's rows; the job fails", "error_class", errorClass(err))
-				return w.fencedWrite(r, metrics.OutcomeFailed, func(ctx context.Context) error {
-					return lease.Fail(ctx, w.exec, r.claim.Ref, CodeTargetFailure)
+				e.log.Warn("the target refused the job's rows; the job fails", "error_class", errorClass(err))
+				return e.fencedWrite(r, metrics.OutcomeFailed, func(ctx context.Context) error {
+					return lease.Fail(ctx, e.db, r.claim.Ref, CodeTargetFailure)
 				})
 			}
-			w.log.Warn("fenced write failed; the claim is abandoned to expire", "error_class", errorClass(err))
+			e.log.Warn("fenced write failed; the claim is abandoned to expire", "error_class", errorClass(err))
 			return ""
 		}
-		if w.hooks.WriteFailed != nil {
-			w.hooks.WriteFailed()
+		if e.sig.writeFailed != nil {
+			e.sig.writeFailed()
 		}
-		if !w.sleepWithinLease(r, min(time.Duration(50<<min(i, 5))*time.Millisecond, maxWriteBackoff)) {
-			w.log.Warn("fenced write failed until the lease ran out; the claim is abandoned to expire", "error_class", errorClass(err))
+		if !e.sleepWithinLease(r, min(time.Duration(50<<min(i, 5))*time.Millisecond, maxWriteBackoff)) {
+			e.log.Warn("fenced write failed until the lease ran out; the claim is abandoned to expire", "error_class", errorClass(err))
 			return ""
 		}
 	}
@@ -166,11 +286,9 @@ func (w *Worker) fencedWrite(r *running, success string, write func(ctx context.
 // sleepWithinLease waits d unless that would pass the claim's conservative
 // deadline minus the renewer's guard, the claim is lost, or the worker is
 // being torn down; it reports whether it waited.
-func (w *Worker) sleepWithinLease(r *running, d time.Duration) bool {
-	w.mu.Lock()
-	deadline, lost := r.localDeadline, r.lost
-	w.mu.Unlock()
-	if lost || time.Until(deadline) < d+w.guard() {
+func (e *executorPool) sleepWithinLease(r *running, d time.Duration) bool {
+	deadline, lost := e.claims.deadline(r)
+	if lost || time.Until(deadline) < d+e.cfg.guard() {
 		return false
 	}
 	t := time.NewTimer(d)
@@ -178,17 +296,17 @@ func (w *Worker) sleepWithinLease(r *running, d time.Duration) bool {
 	select {
 	case <-t.C:
 		return true
-	case <-w.lifeCtx.Done():
+	case <-e.ctx.Done():
 		return false
 	}
 }
 
 // classifyLost reads why a lease was lost: cancelled when the job is now
 // CANCELLED, stale otherwise.
-func (w *Worker) classifyLost(r *running) string {
-	ctx, cancel := context.WithTimeout(w.lifeCtx, 5*time.Second)
+func (e *executorPool) classifyLost(r *running) string {
+	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
 	defer cancel()
-	st, err := lease.InspectLost(ctx, w.exec, r.claim.JobID)
+	st, err := lease.InspectLost(ctx, e.db, r.claim.JobID)
 	r.sinceCancel = st.SinceCancelled
 	if err == nil && st.Status == pg.StatusCancelled {
 		return metrics.OutcomeCancelled
@@ -196,14 +314,48 @@ func (w *Worker) classifyLost(r *running) string {
 	return metrics.OutcomeStale
 }
 
-func (w *Worker) observeCancelToStop(r *running, returned time.Time) {
+func (e *executorPool) observeCancelToStop(r *running, returned time.Time) {
 	// sinceCancel was read after the handler returned; subtract that gap.
 	d := r.sinceCancel - time.Since(returned)
 	if d < 0 {
 		d = 0
 	}
-	w.m.CancelToStop.Observe(d.Seconds())
+	e.m.CancelToStop.Observe(d.Seconds())
 }
 
 // isTransientDB reports a retryable database error.
 func isTransientDB(err error) bool { return pg.IsTransient(err) }
+
+// backoff is full-jitter exponential: uniform in [0, backoffCap(...)].
+func backoff(base, maxDelay time.Duration, attempt int) time.Duration {
+	d := backoffCap(base, maxDelay, attempt)
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(d) + 1))
+}
+
+// backoffCap is the upper bound of attempt's backoff: min(max, base·2^(attempt-1)).
+func backoffCap(base, maxDelay time.Duration, attempt int) time.Duration {
+	d := base
+	for i := 1; i < attempt && d < maxDelay; i++ {
+		d *= 2
+	}
+	return min(d, maxDelay)
+}
+
+// errorClass maps an error to a fixed, payload-free word for logs.
+func errorClass(err error) string {
+	switch {
+	case err == nil:
+		return "none"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case isTransientDB(err):
+		return "database_unavailable"
+	default:
+		return "database_error"
+	}
+}

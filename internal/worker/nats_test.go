@@ -79,18 +79,17 @@ func TestWakeupDeliversJobLongBeforePoll(t *testing.T) {
 	startRelay(t, pool, nc, prefix)
 	cfg := fastConfig()
 	cfg.PollInterval = 30 * time.Second
-	claims := make(chan int, 100)
-	h := newWorker(t, url, cfg, worker.Hooks{AfterClaim: func(n int) { claims <- n }})
+	h := newWorker(t, url, cfg, worker.TestHooks{})
 	subscribe(t, nc, prefix, h.w)
 	h.start(t)
 	// After the producer's start-up claim round only a wake-up (or a poll
 	// 30s away) can bring the job.
-	if n := <-claims; n != 0 {
+	if n := <-h.sig.Claimed; n != 0 {
 		t.Fatalf("start-up claim took %d jobs from an empty queue", n)
 	}
 	start := time.Now()
 	insert(t, pool, jobSpec{payload: records(1, "wake")})
-	testwait.For(t, 20*time.Second, "job succeeded via wake-up", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 1 })
+	h.awaitOutcome(t, 20*time.Second, "job succeeded via wake-up", metrics.OutcomeSucceeded, 1)
 	if elapsed := time.Since(start); elapsed >= 30*time.Second {
 		t.Fatalf("job took %v: it waited for the poll", elapsed)
 	}
@@ -105,13 +104,13 @@ func TestCancelledRunningJobStopsThroughNATSRevocation(t *testing.T) {
 	prefix := natstest.Prefix(t)
 	startRelay(t, pool, nc, prefix)
 	cfg := fastConfig() // renewals every 10s: a stop within a second came from NATS
-	h := newWorker(t, url, cfg, worker.Hooks{})
+	h := newWorker(t, url, cfg, worker.TestHooks{})
 	subscribe(t, nc, prefix, h.w)
 	h.start(t)
 	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(60*time.Second, "", 1)})
 	testwait.For(t, 20*time.Second, "running", func() bool { return h.w.Running() == 1 })
 	cancelJob(t, pool, ids[0])
-	testwait.For(t, 20*time.Second, "handler cancelled", func() bool { return h.outcome(metrics.OutcomeCancelled) == 1 })
+	h.awaitOutcome(t, 20*time.Second, "handler cancelled", metrics.OutcomeCancelled, 1)
 	if v := testutil.ToFloat64(h.m.ClaimsLost.WithLabelValues(metrics.LostRevoked)); v != 1 {
 		t.Fatalf("lost via revocation %v, want 1", v)
 	}
@@ -132,12 +131,12 @@ func TestCancelledRunningJobStopsAtNextRenewalWithoutNATS(t *testing.T) {
 	pool, url := pgtest.NewDatabase(t)
 	cfg := fastConfig()
 	cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin = 3*time.Second, 500*time.Millisecond, 500*time.Millisecond
-	h := newWorker(t, url, cfg, worker.Hooks{})
+	h := newWorker(t, url, cfg, worker.TestHooks{})
 	h.start(t)
 	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(60*time.Second, "", 1)})
 	testwait.For(t, 20*time.Second, "running", func() bool { return h.w.Running() == 1 })
 	cancelJob(t, pool, ids[0])
-	testwait.For(t, 20*time.Second, "handler cancelled", func() bool { return h.outcome(metrics.OutcomeCancelled) == 1 })
+	h.awaitOutcome(t, 20*time.Second, "handler cancelled", metrics.OutcomeCancelled, 1)
 	if v := testutil.ToFloat64(h.m.ClaimsLost.WithLabelValues(metrics.LostNotRenewed)); v != 1 {
 		t.Fatalf("lost via renewal %v, want 1", v)
 	}
@@ -185,12 +184,12 @@ func TestNATSOutageFallsBackToPollingAndRecovers(t *testing.T) {
 	startRelay(t, pool, relayConn, prefix)
 	cfg := fastConfig()
 	cfg.PollInterval = 2 * time.Second
-	h := newWorker(t, url, cfg, worker.Hooks{})
+	h := newWorker(t, url, cfg, worker.TestHooks{})
 	subscribe(t, workerConn, prefix, h.w)
 	h.start(t)
 
 	insert(t, pool, jobSpec{payload: records(1, "before")})
-	testwait.For(t, 20*time.Second, "first job", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 1 })
+	h.awaitOutcome(t, 20*time.Second, "first job", metrics.OutcomeSucceeded, 1)
 	if testutil.ToFloat64(h.m.WakeupsReceived) < 1 {
 		t.Fatal("no wake-up while NATS was up")
 	}
@@ -198,7 +197,7 @@ func TestNATSOutageFallsBackToPollingAndRecovers(t *testing.T) {
 	srv.Stop()
 	testwait.For(t, 20*time.Second, "clients see the outage", func() bool { return !workerConn.IsConnected() && !relayConn.IsConnected() })
 	insert(t, pool, jobSpec{payload: records(1, "during")})
-	testwait.For(t, 30*time.Second, "job completes by polling", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 2 })
+	h.awaitOutcome(t, 30*time.Second, "job completes by polling", metrics.OutcomeSucceeded, 2)
 
 	srv.Start()
 	testwait.For(t, 30*time.Second, "clients reconnect", func() bool { return workerConn.IsConnected() && relayConn.IsConnected() })
@@ -208,5 +207,5 @@ func TestNATSOutageFallsBackToPollingAndRecovers(t *testing.T) {
 	before := testutil.ToFloat64(h.m.WakeupsReceived)
 	insert(t, pool, jobSpec{payload: records(1, "after")})
 	testwait.For(t, 30*time.Second, "wake-up after recovery", func() bool { return testutil.ToFloat64(h.m.WakeupsReceived) > before })
-	testwait.For(t, 30*time.Second, "third job", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 3 })
+	h.awaitOutcome(t, 30*time.Second, "third job", metrics.OutcomeSucceeded, 3)
 }

@@ -76,7 +76,7 @@ func NewProcess(ctx context.Context, cfg config.Worker, provenance []config.Sett
 		OwnerID: cfg.WorkerID, Concurrency: cfg.Concurrency, PollInterval: cfg.PollInterval,
 		LeaseDuration: cfg.LeaseDuration, RenewInterval: cfg.RenewInterval, SafetyMargin: cfg.SafetyMargin,
 		RetryBaseDelay: cfg.RetryBaseDelay, RetryMaxDelay: cfg.RetryMaxDelay, ShutdownGrace: cfg.ShutdownGrace,
-		MaxBatchRecords: cfg.MaxBatchRecords, StatementTimeout: stmtTimeout, MaxJobDuration: cfg.MaxJobDuration,
+		StatementTimeout: stmtTimeout, MaxJobDuration: cfg.MaxJobDuration,
 	}, exec, renew, DefaultHandlers(cfg.MaxBatchRecords), m, log)
 	p := &Process{Worker: w, Registry: reg, exec: exec, renew: renew, log: log, cfg: cfg}
 	if serveMetrics {
@@ -120,12 +120,6 @@ func (p *Process) connectNATS(ctx context.Context) error {
 	}
 	p.nc = nc
 	return nil
-}
-
-// StatementTimeout is the bound of a worker's claim, finish and fenced
-// writes for a renewal interval: max(interval, 5s).
-func StatementTimeout(renewInterval time.Duration) time.Duration {
-	return max(renewInterval, 5*time.Second)
 }
 
 // OpenPools opens a worker's two pools on databaseURL: the execution pool

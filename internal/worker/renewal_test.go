@@ -50,7 +50,7 @@ func TestPausedRenewerIsReclaimedOnlyAfterDatabaseExpiry(t *testing.T) {
 	cfg := shortLease()
 	cfg.OwnerID = "paused-renewer"
 	cfg.Concurrency = 1
-	a := newWorker(t, url, cfg, worker.Hooks{BeforeRenew: func() { <-renewGate }})
+	a := newWorker(t, url, cfg, worker.TestHooks{BeforeRenew: func() { <-renewGate }})
 	a.start(t)
 	t.Cleanup(openGate) // runs before a's Stop (cleanups are LIFO), so Stop never waits on the gate
 	testwait.For(t, 20*time.Second, "A running", func() bool { return a.w.Running() == 1 })
@@ -98,7 +98,7 @@ func TestPausedRenewerIsReclaimedOnlyAfterDatabaseExpiry(t *testing.T) {
 	})
 	// A's handler finishes (4s) and its fenced finish affects zero rows.
 	openGate()
-	testwait.For(t, 30*time.Second, "A's late finish fenced", func() bool { return a.outcome(metrics.OutcomeStale) == 1 })
+	a.awaitOutcome(t, 30*time.Second, "A's late finish fenced", metrics.OutcomeStale, 1)
 	if n := count(t, pool, `SELECT count(*) FROM processed_data`); n != 0 {
 		t.Fatalf("stale worker's %d target rows survived", n)
 	}
@@ -137,7 +137,7 @@ func TestRenewalIsNotStarvedByBusyHandlers(t *testing.T) {
 		conn.Release()
 		return base(ctx, c)
 	}
-	h := newWorkerWith(t, url, cfg, worker.Hooks{}, harnessOptions{execConns: slots, handlers: handlers})
+	h := newWorkerWith(t, url, cfg, worker.TestHooks{}, harnessOptions{execConns: slots, handlers: handlers})
 	execPool.Store(h.exec)
 	var specs []jobSpec
 	for range slots {
@@ -151,7 +151,7 @@ func TestRenewalIsNotStarvedByBusyHandlers(t *testing.T) {
 	if st := h.exec.Stat(); st.AcquiredConns() != slots || st.MaxConns() != slots {
 		t.Fatalf("handlers hold %d of %d execution connections", st.AcquiredConns(), st.MaxConns())
 	}
-	testwait.For(t, 60*time.Second, "all succeeded", func() bool { return h.outcome(metrics.OutcomeSucceeded) == slots })
+	h.awaitOutcome(t, 60*time.Second, "all succeeded", metrics.OutcomeSucceeded, slots)
 	if n := count(t, pool, `SELECT count(*) FROM etl_job_records WHERE attempt_count <> 1`); n != 0 {
 		t.Fatalf("%d jobs were reclaimed: renewal starved", n)
 	}
@@ -169,7 +169,7 @@ func TestRenewalConnectionCutFailsClosed(t *testing.T) {
 	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(time.Hour, "", 1)})
 	cfg := shortLease()
 	cfg.Concurrency = 1
-	h := newWorkerWith(t, url, cfg, worker.Hooks{}, harnessOptions{renewURL: proxy.URL(url)})
+	h := newWorkerWith(t, url, cfg, worker.TestHooks{}, harnessOptions{renewURL: proxy.URL(url)})
 	h.start(t)
 	testwait.For(t, 20*time.Second, "running", func() bool { return h.w.Running() == 1 })
 	testwait.For(t, 20*time.Second, "a renewal through the proxy", func() bool {
@@ -177,16 +177,14 @@ func TestRenewalConnectionCutFailsClosed(t *testing.T) {
 	})
 	proxy.Cut()
 	renewedAtCut := testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalRenewed))
-	testwait.For(t, 30*time.Second, "claim declared lost", func() bool {
-		return testutil.ToFloat64(h.m.ClaimsLost.WithLabelValues(metrics.LostMarginGone)) == 1
-	})
+	h.awaitLost(t, 30*time.Second, "claim declared lost", metrics.LostMarginGone, 1)
 	if got := testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalRenewed)); got != renewedAtCut {
 		t.Fatalf("renewals counted during the cut: %v -> %v", renewedAtCut, got)
 	}
 	if testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalDBError)) < 1 {
 		t.Fatal("no db_error renewal counted")
 	}
-	testwait.For(t, 20*time.Second, "handler stopped", func() bool { return h.outcome(metrics.OutcomeStale) == 1 })
+	h.awaitOutcome(t, 20*time.Second, "handler stopped", metrics.OutcomeStale, 1)
 	// The database never saw a renewal: the lease runs out and the job is
 	// claimable by anyone (here: the worker itself, as a new attempt).
 	proxy.Restore()
@@ -203,7 +201,7 @@ func TestShutdownStopsRenewal(t *testing.T) {
 	var rounds atomic.Int64
 	cfg := shortLease()
 	cfg.ShutdownGrace = 10 * time.Millisecond
-	h := newWorker(t, url, cfg, worker.Hooks{BeforeRenew: func() { rounds.Add(1) }})
+	h := newWorker(t, url, cfg, worker.TestHooks{BeforeRenew: func() { rounds.Add(1) }})
 	h.start(t)
 	testwait.For(t, 20*time.Second, "two renewal rounds", func() bool { return rounds.Load() >= 2 })
 	if err := h.w.Stop(context.Background()); err != nil {
@@ -266,11 +264,10 @@ func TestPersonalDataNeverReachesLogsOrMetrics(t *testing.T) {
 	spec := `{"durationMillis":1500,"records":` + payload + `,"failWith":null}`
 	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: spec}, jobSpec{payload: `[{"id":"x","amount":"Jane Q. Citizen"}]`})
 	cfg := shortLease()
-	h := newWorkerWith(t, url, cfg, worker.Hooks{}, harnessOptions{log: log})
+	h := newWorkerWith(t, url, cfg, worker.TestHooks{}, harnessOptions{log: log})
 	h.start(t)
-	testwait.For(t, 30*time.Second, "both finished", func() bool {
-		return h.outcome(metrics.OutcomeSucceeded) == 1 && h.outcome(metrics.OutcomeFailed) == 1
-	})
+	h.awaitOutcome(t, 30*time.Second, "both finished", metrics.OutcomeSucceeded, 1)
+	h.awaitOutcome(t, 30*time.Second, "both finished", metrics.OutcomeFailed, 1)
 	if testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalRenewed)) < 1 {
 		t.Fatal("the job did not run long enough to be renewed")
 	}
@@ -327,16 +324,14 @@ func TestReclaimOfOwnExpiredJobStopsTheOlderHandler(t *testing.T) {
 	cfg := fastConfig() // renewals every 10s: only the poll's reclaim can notice
 	cfg.Concurrency = 2
 	cfg.ShutdownGrace = 10 * time.Millisecond
-	h := newWorker(t, url, cfg, worker.Hooks{})
+	h := newWorker(t, url, cfg, worker.TestHooks{})
 	h.start(t)
 	testwait.For(t, 20*time.Second, "running", func() bool { return h.w.Running() == 1 })
 	if _, err := pool.Exec(context.Background(), pgtest.ExpireLeaseSQL, ids[0], time.Millisecond.Microseconds()); err != nil {
 		t.Fatal(err)
 	}
-	testwait.For(t, 20*time.Second, "older claim superseded", func() bool {
-		return testutil.ToFloat64(h.m.ClaimsLost.WithLabelValues(metrics.LostSuperseded)) == 1
-	})
-	testwait.For(t, 20*time.Second, "older handler stopped", func() bool { return h.outcome(metrics.OutcomeStale) == 1 })
+	h.awaitLost(t, 20*time.Second, "older claim superseded", metrics.LostSuperseded, 1)
+	h.awaitOutcome(t, 20*time.Second, "older handler stopped", metrics.OutcomeStale, 1)
 	if got := h.w.Running(); got != 1 {
 		t.Fatalf("running %d, want only the new claim", got)
 	}
@@ -358,7 +353,7 @@ func TestLostConnectionDuringFinishLosesNoJob(t *testing.T) {
 	var cuts, restores atomic.Int32
 	cfg := fastConfig()
 	cfg.Concurrency = 1 // one job at a time: each finish meets its own cut
-	h := newWorkerWith(t, proxy.URL(url), cfg, worker.Hooks{
+	h := newWorkerWith(t, proxy.URL(url), cfg, worker.TestHooks{
 		BeforeFinish: func(*lease.Claim) {
 			cuts.Add(1)
 			proxy.Cut() // every execution connection breaks before the write
@@ -369,9 +364,8 @@ func TestLostConnectionDuringFinishLosesNoJob(t *testing.T) {
 		},
 	}, harnessOptions{renewURL: url})
 	h.start(t)
-	testwait.For(t, 60*time.Second, "both jobs finished", func() bool {
-		return h.outcome(metrics.OutcomeSucceeded) == 1 && h.outcome(metrics.OutcomeFailed) == 1
-	})
+	h.awaitOutcome(t, 60*time.Second, "both jobs finished", metrics.OutcomeSucceeded, 1)
+	h.awaitOutcome(t, 60*time.Second, "both jobs finished", metrics.OutcomeFailed, 1)
 	if cuts.Load() != 2 || restores.Load() < 2 {
 		t.Fatalf("cuts %d restores %d: the writes did not meet a broken connection", cuts.Load(), restores.Load())
 	}

@@ -2,37 +2,102 @@ package worker
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/metrics"
+	"github.com/mightyetl/mightyetl/internal/startstop"
 	"github.com/mightyetl/mightyetl/internal/tracing"
 	"go.opentelemetry.io/otel/attribute"
 )
 
-// renewer extends every live claim once per RenewInterval, on its own
-// goroutine and its own pool. It is a fixed-rate schedule independent of the
-// handlers: a handler that runs for hours never delays it.
-func (w *Worker) renewer() {
-	defer w.renewWG.Done()
-	t := time.NewTicker(w.cfg.RenewInterval)
+// renewer extends every live claim once per RenewInterval with one
+// statement, on its own goroutine and its own pool. It is a fixed-rate
+// schedule independent of the handlers: a handler that runs for hours never
+// delays it. It also confirms, at once, the claims revocations name.
+//
+// Start it before the executor pool and Stop it after: renewal never stops
+// while a claim is held, and never runs for a claim the worker abandoned.
+type renewer struct {
+	base   startstop.Base
+	cfg    *Config
+	db     *pgxpool.Pool // the renewal pool, never the execution pool
+	claims *claimSet
+	m      *metrics.Worker
+	log    *slog.Logger
+	sig    *testSignals
+
+	// ctx is the renewer's life: renewal statements run under it;
+	// cancelled once the renewer stopped.
+	ctx context.Context
+	// recheckKick wakes the renewer for the claims queued in
+	// claims.recheck: written (never blocking, coalesced) by recheckSoon
+	// from any goroutine, read by the renewer loop.
+	recheckKick chan struct{}
+	// stopping is closed by Stop: read by the loop and by the retry waits
+	// of renewClaims.
+	stopping chan struct{}
+}
+
+func newRenewer(cfg *Config, db *pgxpool.Pool, claims *claimSet, m *metrics.Worker, log *slog.Logger, sig *testSignals) *renewer {
+	return &renewer{cfg: cfg, db: db, claims: claims, m: m, log: log, sig: sig,
+		recheckKick: make(chan struct{}, 1), stopping: make(chan struct{})}
+}
+
+// Start launches the renewal loop.
+func (rn *renewer) Start(ctx context.Context) error {
+	return rn.base.Start(ctx, func(ctx context.Context) (startstop.StopFunc, error) {
+		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		rn.ctx = ctx
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			rn.loop()
+		}()
+		return func(context.Context) error {
+			close(rn.stopping)
+			<-done
+			cancel()
+			return nil
+		}, nil
+	})
+}
+
+// Stop stops renewing and waits for the loop (startstop semantics).
+func (rn *renewer) Stop(ctx context.Context) error { return rn.base.Stop(ctx) }
+
+// Done is closed once Stop finished (startstop.Base.Done).
+func (rn *renewer) Done() <-chan struct{} { return rn.base.Done() }
+
+// recheckSoon wakes the renewer for the queued rechecks. Never blocks.
+func (rn *renewer) recheckSoon() {
+	select {
+	case rn.recheckKick <- struct{}{}:
+	default:
+	}
+}
+
+func (rn *renewer) loop() {
+	t := time.NewTicker(rn.cfg.RenewInterval)
 	defer t.Stop()
-	scheduled := time.Now().Add(w.cfg.RenewInterval)
+	scheduled := time.Now().Add(rn.cfg.RenewInterval)
 	for {
 		select {
-		case <-w.renewStop:
+		case <-rn.stopping:
 			return
-		case <-w.recheckKick:
-			w.recheckRevoked()
+		case <-rn.recheckKick:
+			rn.renewClaims(rn.claims.takeRechecks(), false)
 		case now := <-t.C:
 			if lag := now.Sub(scheduled); lag > 0 {
-				w.m.RenewalLag.Observe(lag.Seconds())
+				rn.m.RenewalLag.Observe(lag.Seconds())
 			} else {
-				w.m.RenewalLag.Observe(0)
+				rn.m.RenewalLag.Observe(0)
 			}
-			w.RenewOnce()
-			scheduled = time.Now().Add(w.cfg.RenewInterval)
+			rn.renewOnce()
+			scheduled = time.Now().Add(rn.cfg.RenewInterval)
 		}
 	}
 }
@@ -40,19 +105,20 @@ func (w *Worker) renewer() {
 // guard is how much of the conservative lease the renewer keeps in hand: a
 // claim whose renewal could not be confirmed is declared lost this long
 // before the worker's own (already early) view of its expiry.
-func (w *Worker) guard() time.Duration { return min(time.Second, w.cfg.SafetyMargin/4) }
+func (c *Config) guard() time.Duration { return min(time.Second, c.SafetyMargin/4) }
 
-// RenewOnce runs one renewal round for every live claim: one statement for
+// renewOnce runs one renewal round for every live claim: one statement for
 // all of them. A claim the database did not renew is lost at once (its
 // handler is cancelled with ErrLeaseLost and never renewed again). A database
 // error is retried with backoff only while some claim still has time by the
 // worker's conservative clock; a claim whose time runs out is declared lost
-// (fail closed), never assumed renewed. Exported for tests.
-func (w *Worker) RenewOnce() {
-	if w.hooks.BeforeRenew != nil {
-		w.hooks.BeforeRenew()
+// (fail closed), never assumed renewed.
+func (rn *renewer) renewOnce() {
+	if rn.sig.beforeRenew != nil {
+		rn.sig.beforeRenew()
 	}
-	pending := w.renewable()
+	rn.sig.renewRound.signal(struct{}{})
+	pending := rn.claims.renewable()
 	if len(pending) == 0 {
 		return
 	}
@@ -60,8 +126,8 @@ func (w *Worker) RenewOnce() {
 	for _, r := range pending[1:] {
 		minMargin = min(minMargin, time.Until(r.localDeadline))
 	}
-	w.m.RenewalMargin.Observe(max(minMargin, 0).Seconds())
-	w.renewClaims(pending, true)
+	rn.m.RenewalMargin.Observe(max(minMargin, 0).Seconds())
+	rn.renewClaims(pending, true)
 }
 
 // renewClaims renews pending in one statement and records the results. A
@@ -71,10 +137,10 @@ func (w *Worker) RenewOnce() {
 // claim still has time. Without (a revocation's check), one statement is
 // all: a claim it finds gone is lost as revoked (ErrRevoked), and anything
 // it could not decide is left to the next scheduled round.
-func (w *Worker) renewClaims(pending []*running, retry bool) {
+func (rn *renewer) renewClaims(pending []*running, retry bool) {
 	for attempt := 0; len(pending) > 0; attempt++ {
 		// Fail closed: claims without time left are lost, not renewed.
-		pending = w.dropExpired(pending)
+		pending = rn.dropExpired(pending)
 		if len(pending) == 0 {
 			return
 		}
@@ -86,16 +152,16 @@ func (w *Worker) renewClaims(pending []*running, retry bool) {
 				earliest = r.localDeadline
 			}
 		}
-		timeout := min(w.cfg.RenewInterval, time.Until(earliest)-w.guard())
-		ctx, cancel := context.WithTimeout(w.lifeCtx, max(timeout, 10*time.Millisecond))
+		timeout := min(rn.cfg.RenewInterval, time.Until(earliest)-rn.cfg.guard())
+		ctx, cancel := context.WithTimeout(rn.ctx, max(timeout, 10*time.Millisecond))
 		sent := time.Now()
 		ctx, span := tracing.Start(ctx, "worker.renew", attribute.Int("batch.size", len(refs)), attribute.Int("attempt", attempt+1))
-		res, err := lease.Renew(ctx, w.renew, w.cfg.OwnerID, refs, w.cfg.LeaseDuration)
+		res, err := lease.Renew(ctx, rn.db, rn.cfg.OwnerID, refs, rn.cfg.LeaseDuration)
 		tracing.EndBatch(span, len(res), err)
 		cancel()
 		var wait time.Duration
 		if err == nil {
-			pending = w.applyRenewals(pending, res, sent, !retry)
+			pending = rn.applyRenewals(pending, res, sent, !retry)
 			if len(pending) == 0 || !retry {
 				return
 			}
@@ -104,81 +170,46 @@ func (w *Worker) renewClaims(pending []*running, retry bool) {
 			// that can wait for the next round do; the rest are tried
 			// again shortly, never past their deadline (dropExpired).
 			pending = slices.DeleteFunc(pending, func(r *running) bool {
-				w.mu.Lock()
-				defer w.mu.Unlock()
-				return time.Until(r.localDeadline) > 2*w.cfg.RenewInterval+w.guard()
+				rn.claims.mu.Lock()
+				defer rn.claims.mu.Unlock()
+				return time.Until(r.localDeadline) > 2*rn.cfg.RenewInterval+rn.cfg.guard()
 			})
 			if len(pending) == 0 {
 				return
 			}
-			wait = min(50*time.Millisecond, w.cfg.RenewInterval/4)
+			wait = min(50*time.Millisecond, rn.cfg.RenewInterval/4)
 		} else {
-			w.m.Renewals.WithLabelValues(metrics.RenewalDBError).Add(float64(len(pending)))
+			rn.m.Renewals.WithLabelValues(metrics.RenewalDBError).Add(float64(len(pending)))
 			if !retry {
 				return
 			}
 			if attempt == 0 {
-				w.log.Warn("lease renewal failed; retrying within the safety margin", "error_class", errorClass(err), "claims", len(pending))
+				rn.log.Warn("lease renewal failed; retrying within the safety margin", "error_class", errorClass(err), "claims", len(pending))
 			}
-			wait = min(time.Duration(100<<min(attempt, 5))*time.Millisecond, w.cfg.RenewInterval/4)
+			wait = min(time.Duration(100<<min(attempt, 5))*time.Millisecond, rn.cfg.RenewInterval/4)
 		}
 		select {
 		case <-time.After(wait):
-		case <-w.renewStop:
+		case <-rn.stopping:
 			// Shutdown: every claim is already finished or released.
 			return
 		}
 	}
 }
 
-// recheckRevoked renews, at once and once, the claims revocations named:
-// a lease the database still holds is renewed and its handler goes on; one
-// it no longer holds is lost, its handler cancelled with ErrRevoked.
-func (w *Worker) recheckRevoked() {
-	w.mu.Lock()
-	pending := make([]*running, 0, len(w.recheck))
-	for r := range w.recheck {
-		delete(w.recheck, r)
-		if w.renewsLocked(r) {
-			pending = append(pending, r)
-		}
-	}
-	w.mu.Unlock()
-	w.renewClaims(pending, false)
-}
-
-// renewsLocked reports whether renewal covers r (w.mu held): it is live,
-// not lost, not in a completer's hands and not timed out.
-func (w *Worker) renewsLocked(r *running) bool {
-	return w.live[r.claim.ClaimID] == r && !r.lost && !r.finishing && !r.timedOut
-}
-
-// renewable snapshots the claims renewal still covers.
-func (w *Worker) renewable() []*running {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := make([]*running, 0, len(w.live))
-	for _, r := range w.live {
-		if w.renewsLocked(r) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 // dropExpired declares lost every claim whose conservative deadline is within
 // the guard and returns the rest.
-func (w *Worker) dropExpired(rs []*running) []*running {
+func (rn *renewer) dropExpired(rs []*running) []*running {
 	keep := rs[:0]
 	for _, r := range rs {
-		w.mu.Lock()
-		gone := time.Until(r.localDeadline) <= w.guard()
-		held := w.renewsLocked(r)
-		w.mu.Unlock()
+		rn.claims.mu.Lock()
+		gone := time.Until(r.localDeadline) <= rn.cfg.guard()
+		held := rn.claims.renewsLocked(r)
+		rn.claims.mu.Unlock()
 		switch {
 		case !held:
 		case gone:
-			w.markLost(r, metrics.LostMarginGone, ErrLeaseLost)
+			rn.claims.markLost(r, metrics.LostMarginGone, ErrLeaseLost)
 		default:
 			keep = append(keep, r)
 		}
@@ -190,28 +221,28 @@ func (w *Worker) dropExpired(rs []*running) []*running {
 // that were busy (not renewed this time, still held by the database).
 // A claim handed to a completer meanwhile is left alone: its finish decides,
 // and a lease that the finish ended is not stale.
-func (w *Worker) applyRenewals(rs []*running, res []lease.Renewal, sent time.Time, revoked bool) []*running {
+func (rn *renewer) applyRenewals(rs []*running, res []lease.Renewal, sent time.Time, revoked bool) []*running {
 	var busy []*running
 	for i, r := range rs {
-		w.mu.Lock()
-		held := w.renewsLocked(r)
+		rn.claims.mu.Lock()
+		held := rn.claims.renewsLocked(r)
 		if held && res[i].Renewed {
-			r.localDeadline = sent.Add(w.cfg.LeaseDuration)
+			r.localDeadline = sent.Add(rn.cfg.LeaseDuration)
 		}
-		w.mu.Unlock()
+		rn.claims.mu.Unlock()
 		switch {
 		case !held:
 			// Finished, released or finishing meanwhile: renewal no longer concerns it.
 		case res[i].Renewed:
-			w.m.Renewals.WithLabelValues(metrics.RenewalRenewed).Inc()
+			rn.m.Renewals.WithLabelValues(metrics.RenewalRenewed).Inc()
 		case res[i].Busy:
 			busy = append(busy, r)
 		case revoked:
 			// Counted as a loss by revocation, not as a stale renewal.
-			w.markLost(r, metrics.LostRevoked, ErrRevoked)
+			rn.claims.markLost(r, metrics.LostRevoked, ErrRevoked)
 		default:
-			w.m.Renewals.WithLabelValues(metrics.RenewalStale).Inc()
-			w.markLost(r, metrics.LostNotRenewed, ErrLeaseLost)
+			rn.m.Renewals.WithLabelValues(metrics.RenewalStale).Inc()
+			rn.claims.markLost(r, metrics.LostNotRenewed, ErrLeaseLost)
 		}
 	}
 	return busy

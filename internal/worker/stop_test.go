@@ -48,7 +48,7 @@ func startStubborn(t *testing.T) (*harness, *stubborn) {
 	s := newStubborn()
 	cfg := fastConfig()
 	cfg.ShutdownGrace = time.Hour // only the caller's context ends the wait
-	h := newWorkerWith(t, url, cfg, worker.Hooks{}, harnessOptions{handlers: map[string]worker.Handler{pg.KindDiagnostic: s.handler}})
+	h := newWorkerWith(t, url, cfg, worker.TestHooks{}, harnessOptions{handlers: map[string]worker.Handler{pg.KindDiagnostic: s.handler}})
 	// Cleanups run last-in first-out: the handler is released before the
 	// final Stop waits for it.
 	t.Cleanup(func() { _ = h.w.Stop(context.Background()) })
@@ -127,7 +127,7 @@ func TestStopCutShortByItsContextReportsIt(t *testing.T) {
 func TestConcurrentStartAndStopAreSafe(t *testing.T) {
 	_, url := pgtest.NewDatabase(t)
 	for range 5 {
-		h := newWorker(t, url, fastConfig(), worker.Hooks{})
+		h := newWorker(t, url, fastConfig(), worker.TestHooks{})
 		gate := make(chan struct{})
 		var wg sync.WaitGroup
 		wg.Add(2)

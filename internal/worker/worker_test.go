@@ -107,9 +107,13 @@ type harness struct {
 	m    *metrics.Worker
 	reg  *prometheus.Registry
 	exec *pgxpool.Pool
+	sig  worker.TestSignals
+	// seen counts the outcomes and losses read from sig so far (the test
+	// goroutine's alone).
+	seen map[string]int
 }
 
-func newWorker(t *testing.T, url string, cfg worker.Config, hooks worker.Hooks) *harness {
+func newWorker(t *testing.T, url string, cfg worker.Config, hooks worker.TestHooks) *harness {
 	t.Helper()
 	return newWorkerWith(t, url, cfg, hooks, harnessOptions{})
 }
@@ -122,7 +126,7 @@ type harnessOptions struct {
 	log       *slog.Logger
 }
 
-func newWorkerWith(t *testing.T, url string, cfg worker.Config, hooks worker.Hooks, o harnessOptions) *harness {
+func newWorkerWith(t *testing.T, url string, cfg worker.Config, hooks worker.TestHooks, o harnessOptions) *harness {
 	t.Helper()
 	if o.renewURL == "" {
 		o.renewURL = url
@@ -138,8 +142,36 @@ func newWorkerWith(t *testing.T, url string, cfg worker.Config, hooks worker.Hoo
 	reg := prometheus.NewRegistry()
 	m := metrics.NewWorker(reg)
 	w := worker.New(cfg, exec, renew, o.handlers, m, o.log)
-	w.SetHooks(hooks)
-	return &harness{w: w, m: m, reg: reg, exec: exec}
+	sig := w.SetUpTest(hooks)
+	return &harness{w: w, m: m, reg: reg, exec: exec, sig: sig, seen: map[string]int{}}
+}
+
+// awaitOutcome waits until the worker has settled n claims with outcome in
+// all (a metrics.Outcome* value), by its test signal.
+func (h *harness) awaitOutcome(t *testing.T, within time.Duration, what, outcome string, n int) {
+	t.Helper()
+	h.await(t, within, what, h.sig.Outcome, "outcome:", outcome, n)
+}
+
+// awaitLost waits until the worker has lost n claims for reason in all (a
+// metrics.Lost* value), by its test signal.
+func (h *harness) awaitLost(t *testing.T, within time.Duration, what, reason string, n int) {
+	t.Helper()
+	h.await(t, within, what, h.sig.Lost, "lost:", reason, n)
+}
+
+func (h *harness) await(t *testing.T, within time.Duration, what string, ch <-chan string, kind, value string, n int) {
+	t.Helper()
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	for h.seen[kind+value] < n {
+		select {
+		case v := <-ch:
+			h.seen[kind+v]++
+		case <-deadline.C:
+			t.Fatalf("timed out after %s waiting for %s (%s%s %d of %d)", within, what, kind, value, h.seen[kind+value], n)
+		}
+	}
 }
 
 func (h *harness) start(t *testing.T) {
@@ -188,7 +220,7 @@ func TestFourWorkersDrainThousandJobsExactlyOnce(t *testing.T) {
 	for i := range 4 {
 		cfg := fastConfig()
 		cfg.OwnerID = fmt.Sprintf("drain-worker-%d", i)
-		h := newWorker(t, url, cfg, worker.Hooks{})
+		h := newWorker(t, url, cfg, worker.TestHooks{})
 		h.start(t)
 		hs = append(hs, h)
 	}
@@ -269,7 +301,7 @@ func TestStaleWorkerLateFinishRollsBackAfterReclaim(t *testing.T) {
 	cfgA := fastConfig()
 	cfgA.OwnerID = "stale-worker-a"
 	cfgA.Concurrency = 1 // the paused job fills A's only slot: A cannot reclaim it itself
-	a := newWorker(t, url, cfgA, worker.Hooks{BeforeFinish: p.hook})
+	a := newWorker(t, url, cfgA, worker.TestHooks{BeforeFinish: p.hook})
 	a.start(t)
 	// A computed the result and is paused before its finish transaction.
 	got := <-p.reached
@@ -282,11 +314,11 @@ func TestStaleWorkerLateFinishRollsBackAfterReclaim(t *testing.T) {
 	}
 	cfgB := fastConfig()
 	cfgB.OwnerID = "fresh-worker-b"
-	b := newWorker(t, url, cfgB, worker.Hooks{})
+	b := newWorker(t, url, cfgB, worker.TestHooks{})
 	b.start(t)
-	testwait.For(t, 30*time.Second, "B succeeded", func() bool { return b.outcome(metrics.OutcomeSucceeded) == 1 })
+	b.awaitOutcome(t, 30*time.Second, "B succeeded", metrics.OutcomeSucceeded, 1)
 	p.open()
-	testwait.For(t, 30*time.Second, "A counted stale", func() bool { return a.outcome(metrics.OutcomeStale) == 1 })
+	a.awaitOutcome(t, 30*time.Second, "A counted stale", metrics.OutcomeStale, 1)
 	if a.outcome(metrics.OutcomeSucceeded) != 0 {
 		t.Fatal("stale worker counted a success")
 	}
@@ -309,7 +341,7 @@ func TestGracefulShutdownReleasesClaimsForImmediateReclaim(t *testing.T) {
 	cfg := fastConfig()
 	cfg.OwnerID = "shutdown-worker"
 	cfg.ShutdownGrace = 50 * time.Millisecond
-	a := newWorker(t, url, cfg, worker.Hooks{})
+	a := newWorker(t, url, cfg, worker.TestHooks{})
 	a.start(t)
 	testwait.For(t, 30*time.Second, "both running", func() bool { return a.w.Running() == 2 })
 	if err := a.w.Stop(context.Background()); err != nil {
@@ -344,7 +376,7 @@ func TestFailureCodesAndRetries(t *testing.T) {
 	if _, err := pool.Exec(context.Background(), `UPDATE etl_job_records SET request_payload = '[{"id":"evil"}]' WHERE job_record_id=$1`, ids[4]); err != nil {
 		t.Fatal(err)
 	}
-	h := newWorker(t, url, fastConfig(), worker.Hooks{})
+	h := newWorker(t, url, fastConfig(), worker.TestHooks{})
 	h.start(t)
 	testwait.For(t, 60*time.Second, "all terminal", func() bool {
 		return count(t, pool, `SELECT count(*) FROM etl_job_records WHERE job_status IN ('SUCCEEDED','FAILED')`) == 5
@@ -391,7 +423,7 @@ func TestDatabaseClockDecidesLeaseLossWhateverTheHostThinks(t *testing.T) {
 	cfg.OwnerID = "clock-worker"
 	cfg.Concurrency = 1 // the running job fills the only slot: the renewal, not a reclaim, must notice
 	cfg.ShutdownGrace = 10 * time.Millisecond
-	h := newWorker(t, url, cfg, worker.Hooks{})
+	h := newWorker(t, url, cfg, worker.TestHooks{})
 	h.start(t)
 	testwait.For(t, 30*time.Second, "running", func() bool { return h.w.Running() == 1 })
 	// The worker's own view leaves ~30s; the database says the lease is over.
@@ -399,7 +431,7 @@ func TestDatabaseClockDecidesLeaseLossWhateverTheHostThinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.w.RenewOnce()
-	testwait.For(t, 30*time.Second, "handler stopped as stale", func() bool { return h.outcome(metrics.OutcomeStale) == 1 })
+	h.awaitOutcome(t, 30*time.Second, "handler stopped as stale", metrics.OutcomeStale, 1)
 	if v := testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalStale)); v != 1 {
 		t.Fatalf("stale renewals %v", v)
 	}
@@ -415,7 +447,7 @@ func TestLongJobRenewsAndStaysSinglyOwned(t *testing.T) {
 	cfg := fastConfig()
 	cfg.OwnerID = "renewing-worker"
 	cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin = time.Second, 250*time.Millisecond, 100*time.Millisecond
-	h := newWorker(t, url, cfg, worker.Hooks{})
+	h := newWorker(t, url, cfg, worker.TestHooks{})
 	h.start(t)
 	testwait.For(t, 30*time.Second, "running", func() bool { return h.w.Running() == 1 })
 	// A rival keeps trying to claim the whole time; it must never get the job.
@@ -441,7 +473,7 @@ func TestLongJobRenewsAndStaysSinglyOwned(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
-	testwait.For(t, 60*time.Second, "long job succeeded", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 1 })
+	h.awaitOutcome(t, 60*time.Second, "long job succeeded", metrics.OutcomeSucceeded, 1)
 	close(stop)
 	if err := <-rivalErr; err != nil {
 		t.Fatal(err)
@@ -471,7 +503,7 @@ func TestRevocationStopsTheHandlerOnlyWhenTheDatabaseSaysSo(t *testing.T) {
 			return worker.Output{}, context.Cause(hctx)
 		},
 	}
-	h := newWorkerWith(t, url, fastConfig(), worker.Hooks{}, harnessOptions{handlers: handlers})
+	h := newWorkerWith(t, url, fastConfig(), worker.TestHooks{}, harnessOptions{handlers: handlers})
 	h.start(t)
 	testwait.For(t, 30*time.Second, "running", func() bool { return h.w.Running() == 1 })
 	renewed := func() float64 { return testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalRenewed)) }
@@ -499,7 +531,7 @@ func TestRevocationStopsTheHandlerOnlyWhenTheDatabaseSaysSo(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("handler not stopped after the database cancelled the job")
 	}
-	testwait.For(t, 30*time.Second, "loss counted cancelled", func() bool { return h.outcome(metrics.OutcomeCancelled) == 1 })
+	h.awaitOutcome(t, 30*time.Second, "loss counted cancelled", metrics.OutcomeCancelled, 1)
 	if v := testutil.ToFloat64(h.m.ClaimsLost.WithLabelValues(metrics.LostRevoked)); v != 1 {
 		t.Fatalf("lost(revoked) %v", v)
 	}
@@ -524,10 +556,10 @@ func TestKeyResubmittedAfterPruneSucceeds(t *testing.T) {
 		}
 		return ins[0].JobID
 	}
-	h := newWorker(t, url, fastConfig(), worker.Hooks{})
+	h := newWorker(t, url, fastConfig(), worker.TestHooks{})
 	h.start(t)
 	first := submit()
-	testwait.For(t, 30*time.Second, "first job succeeded", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 1 })
+	h.awaitOutcome(t, 30*time.Second, "first job succeeded", metrics.OutcomeSucceeded, 1)
 	if _, err := pool.Exec(ctx, `UPDATE etl_job_records SET updated_at = clock_timestamp() - interval '40 days' WHERE job_record_id = $1`, first); err != nil {
 		t.Fatal(err)
 	}
@@ -541,7 +573,7 @@ func TestKeyResubmittedAfterPruneSucceeds(t *testing.T) {
 	if second == first {
 		t.Fatal("the pruned job's id came back")
 	}
-	testwait.For(t, 30*time.Second, "resubmitted job succeeded", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 2 })
+	h.awaitOutcome(t, 30*time.Second, "resubmitted job succeeded", metrics.OutcomeSucceeded, 2)
 	st, attempts, _ := jobState(t, pool, second)
 	if st != pg.StatusSucceeded || attempts != 1 {
 		t.Fatalf("resubmitted job %s after %d attempts, want SUCCEEDED on the first", st, attempts)
@@ -574,9 +606,9 @@ func TestClaimGoesOnPastExhaustedLeases(t *testing.T) {
 	cfg := fastConfig()
 	cfg.Concurrency = 2
 	cfg.PollInterval = time.Hour // only the producer's own loop can reach the pending jobs
-	h := newWorker(t, url, cfg, worker.Hooks{})
+	h := newWorker(t, url, cfg, worker.TestHooks{})
 	h.start(t)
-	testwait.For(t, 20*time.Second, "pending jobs succeeded", func() bool { return h.outcome(metrics.OutcomeSucceeded) == 2 })
+	h.awaitOutcome(t, 20*time.Second, "pending jobs succeeded", metrics.OutcomeSucceeded, 2)
 	for _, id := range pending {
 		if st, _, _ := jobState(t, pool, id); st != pg.StatusSucceeded {
 			t.Fatalf("pending job %s", st)
@@ -616,7 +648,7 @@ func TestShutdownDoesNotMaskAHandlersOwnFailure(t *testing.T) {
 	cfg := fastConfig()
 	cfg.Concurrency = 2
 	cfg.ShutdownGrace = 10 * time.Millisecond
-	h := newWorkerWith(t, url, cfg, worker.Hooks{}, harnessOptions{handlers: handlers})
+	h := newWorkerWith(t, url, cfg, worker.TestHooks{}, harnessOptions{handlers: handlers})
 	h.start(t)
 	for range 2 {
 		select {

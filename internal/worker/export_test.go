@@ -1,0 +1,44 @@
+package worker
+
+import "github.com/mightyetl/mightyetl/internal/lease"
+
+// TestHooks pause a worker's roles at exact points; nil fields do nothing.
+// They exist only in this package's tests.
+type TestHooks struct {
+	// BeforeFinish runs on the executor after the handler returned, before
+	// its slot frees and the result commits.
+	BeforeFinish func(c *lease.Claim)
+	// BeforeRenew runs at the start of every scheduled renewal round.
+	BeforeRenew func()
+	// InFinishTx runs inside each finish transaction after the fenced
+	// success locked the won job rows, before the target rows are written.
+	InFinishTx func()
+	// WriteFailed runs when a fenced write failed with a database error,
+	// before it is tried again.
+	WriteFailed func()
+}
+
+// TestSignals are the worker's test signals, for tests to wait on.
+type TestSignals struct {
+	Claimed     <-chan int      // after each claim statement: the number claimed
+	RenewRound  <-chan struct{} // at the start of each scheduled renewal round
+	FinishGroup <-chan [2]int   // before each finish transaction: its jobs and target rows
+	Lost        <-chan string   // a claim was lost: its metrics.Lost* reason
+	Outcome     <-chan string   // a claim settled: its metrics.Outcome* value ("" abandoned)
+}
+
+// SetUpTest installs hooks and sets up the test signals; call before Start.
+func (w *Worker) SetUpTest(h TestHooks) TestSignals {
+	s := &w.signals
+	s.beforeFinish, s.beforeRenew, s.inFinishTx, s.writeFailed = h.BeforeFinish, h.BeforeRenew, h.InFinishTx, h.WriteFailed
+	s.claimed.init()
+	s.renewRound.init()
+	s.finishGroup.init()
+	s.lost.init()
+	s.outcome.init()
+	return TestSignals{Claimed: s.claimed.ch, RenewRound: s.renewRound.ch, FinishGroup: s.finishGroup.ch,
+		Lost: s.lost.ch, Outcome: s.outcome.ch}
+}
+
+// RenewOnce runs one scheduled renewal round now, on the caller's goroutine.
+func (w *Worker) RenewOnce() { w.renewer.renewOnce() }
