@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mightyetl/mightyetl/internal/events"
+	"github.com/mightyetl/mightyetl/internal/outbox"
 )
 
 // NATS is the NATS and outbox-relay configuration shared by the binaries.
@@ -78,11 +79,11 @@ func RegisterNATS(l *Loader, dst *NATS) {
 	l.Bool(&dst.RequestsEnabled, "MIGHTYETL_NATS_REQUESTS_ENABLED", "nats-requests-enabled", false,
 		"consume job submissions from the JetStream request stream")
 	l.Int(&dst.RequestConcurrency, "MIGHTYETL_NATS_REQUEST_CONCURRENCY", "nats-request-concurrency",
-		256, 1, 4096, "JetStream request messages handled at once (they share the intake's group commits)")
+		events.DefaultRequestConcurrency, 1, 4096, "JetStream request messages handled at once (they share the intake's group commits)")
 	l.Duration(&dst.OutboxPollInterval, "MIGHTYETL_OUTBOX_POLL_INTERVAL", "outbox-poll-interval",
-		time.Second, 10*time.Millisecond, time.Hour, "outbox relay fallback poll interval")
+		outbox.DefaultPollInterval, 10*time.Millisecond, time.Hour, "outbox relay fallback poll interval")
 	l.Int(&dst.OutboxBatchSize, "MIGHTYETL_OUTBOX_BATCH_SIZE", "outbox-batch-size",
-		500, 1, 10000, "outbox rows of each class per relay batch")
+		outbox.DefaultBatchSize, 1, 10000, "outbox rows of each class per relay batch")
 	l.Int(&dst.RequestsMaxBytes, "MIGHTYETL_NATS_REQUESTS_MAX_BYTES", "nats-requests-max-bytes",
 		events.DefaultRequestsMaxBytes, 1<<20, 1<<40, "request stream size limit in bytes (new requests refused when full)")
 	l.Int(&dst.RequestsMaxPerPrincipal, "MIGHTYETL_NATS_REQUESTS_MAX_PER_PRINCIPAL", "nats-requests-max-per-principal",

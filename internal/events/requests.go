@@ -109,13 +109,16 @@ type RequestsLimits struct {
 	MaxMsgSize int32
 }
 
-func (l *RequestsLimits) defaults() {
+// WithDefaults returns l with a non-positive MaxBytes or MaxPerPrincipal
+// set to its Default* constant.
+func (l RequestsLimits) WithDefaults() RequestsLimits {
 	if l.MaxBytes <= 0 {
 		l.MaxBytes = DefaultRequestsMaxBytes
 	}
 	if l.MaxPerPrincipal <= 0 {
 		l.MaxPerPrincipal = DefaultRequestsMaxPerPrincipal
 	}
+	return l
 }
 
 // RequestHandler turns one request message into a job. It is OUR interface,
@@ -147,23 +150,29 @@ type Rejection struct {
 // RequestConsumerOptions tunes a RequestConsumer. Zero values take the
 // defaults noted.
 type RequestConsumerOptions struct {
-	// Durable is the durable consumer's name; empty means "mightyetl-intake".
+	// Durable is the durable consumer's name; empty means
+	// DefaultRequestDurable.
 	Durable string
-	// Concurrency is how many requests are handled at once; zero means 256.
+	// Concurrency is how many requests are handled at once
+	// (MIGHTYETL_NATS_REQUEST_CONCURRENCY); zero means
+	// DefaultRequestConcurrency.
 	// Each is one goroutine waiting on the intake's group commit, so many
 	// requests share a commit; the consumer pulls up to this many at a time
 	// and allows 4x as many unacknowledged.
 	Concurrency int
 	// AckWait is how long the server waits for an ack before redelivering;
-	// zero means 30s. HandlerTimeout must be shorter.
+	// zero means DefaultRequestAckWait. HandlerTimeout must be shorter.
 	AckWait time.Duration
-	// HandlerTimeout bounds one HandleRequest call; zero means 20s.
+	// HandlerTimeout bounds one HandleRequest call; zero means
+	// DefaultRequestHandlerTimeout.
 	HandlerTimeout time.Duration
 	// RetryDelay is the redelivery delay after the first internal failure;
-	// zero means 1s. It doubles with every further delivery up to
+	// zero means DefaultRequestRetryDelay. It doubles with every further
+	// delivery up to
 	// MaxRetryDelay.
 	RetryDelay time.Duration
-	// MaxRetryDelay caps the redelivery delay; zero means 1 minute.
+	// MaxRetryDelay caps the redelivery delay; zero means
+	// DefaultRequestMaxRetryDelay.
 	MaxRetryDelay time.Duration
 	// MaxDeliveries is how many deliveries a request that keeps failing
 	// internally gets before it is terminated with a CodeDeliveriesExhausted
@@ -179,28 +188,32 @@ type RequestConsumerOptions struct {
 	StreamMaxBytes        int64
 	StreamMaxPerPrincipal int64
 	// SetupRetry is the pause between attempts to create the stream and
-	// consumer while NATS is unavailable; zero means 2s.
+	// consumer while NATS is unavailable; zero means
+	// DefaultRequestSetupRetry.
 	SetupRetry time.Duration
 }
 
-func (o *RequestConsumerOptions) defaults() {
+// WithDefaults returns o with every empty or non-positive field that has a
+// default set to it (the DefaultRequest* constants); MaxRetryDelay is
+// raised to RetryDelay when below it.
+func (o RequestConsumerOptions) WithDefaults() RequestConsumerOptions {
 	if o.Durable == "" {
-		o.Durable = "mightyetl-intake"
+		o.Durable = DefaultRequestDurable
 	}
 	if o.Concurrency <= 0 {
-		o.Concurrency = 256
+		o.Concurrency = DefaultRequestConcurrency
 	}
 	if o.AckWait <= 0 {
-		o.AckWait = 30 * time.Second
+		o.AckWait = DefaultRequestAckWait
 	}
 	if o.HandlerTimeout <= 0 {
-		o.HandlerTimeout = 20 * time.Second
+		o.HandlerTimeout = DefaultRequestHandlerTimeout
 	}
 	if o.RetryDelay <= 0 {
-		o.RetryDelay = time.Second
+		o.RetryDelay = DefaultRequestRetryDelay
 	}
 	if o.MaxRetryDelay <= 0 {
-		o.MaxRetryDelay = time.Minute
+		o.MaxRetryDelay = DefaultRequestMaxRetryDelay
 	}
 	if o.MaxRetryDelay < o.RetryDelay {
 		o.MaxRetryDelay = o.RetryDelay
@@ -209,14 +222,37 @@ func (o *RequestConsumerOptions) defaults() {
 		o.MaxDeliveries = DefaultRequestMaxDeliveries
 	}
 	if o.SetupRetry <= 0 {
-		o.SetupRetry = 2 * time.Second
+		o.SetupRetry = DefaultRequestSetupRetry
 	}
+	return o
 }
 
-// DefaultRequestMaxDeliveries is RequestConsumerOptions.MaxDeliveries when
-// none is configured. With the default delays (1s doubling to 1 minute) a
-// request is retried for about 24 minutes before it is rejected.
-const DefaultRequestMaxDeliveries = 30
+// Defaults of RequestConsumerOptions.
+const (
+	// DefaultRequestDurable is the durable consumer's name.
+	DefaultRequestDurable = "mightyetl-intake"
+	// DefaultRequestConcurrency is how many requests are handled at once
+	// (MIGHTYETL_NATS_REQUEST_CONCURRENCY).
+	DefaultRequestConcurrency = 256
+	// DefaultRequestAckWait is the server's wait for an ack before it
+	// redelivers.
+	DefaultRequestAckWait = 30 * time.Second
+	// DefaultRequestHandlerTimeout bounds one HandleRequest call.
+	DefaultRequestHandlerTimeout = 20 * time.Second
+	// DefaultRequestRetryDelay is the redelivery delay after the first
+	// internal failure.
+	DefaultRequestRetryDelay = time.Second
+	// DefaultRequestMaxRetryDelay caps the redelivery delay.
+	DefaultRequestMaxRetryDelay = time.Minute
+	// DefaultRequestMaxDeliveries is RequestConsumerOptions.MaxDeliveries
+	// when none is configured (MIGHTYETL_NATS_REQUEST_MAX_DELIVERIES). With
+	// the default delays (1s doubling to 1 minute) a request is retried for
+	// about 24 minutes before it is rejected.
+	DefaultRequestMaxDeliveries = 30
+	// DefaultRequestSetupRetry is the pause between attempts to create the
+	// stream and consumer while NATS is unavailable.
+	DefaultRequestSetupRetry = 2 * time.Second
+)
 
 // RequestsStreamConfig is the request stream for the subjects s: name
 // "<P>_REQUESTS", subjects "<p>.requests.>", work-queue retention (a
@@ -226,7 +262,7 @@ const DefaultRequestMaxDeliveries = 30
 // limit never discards a waiting request), file storage, duplicate window
 // RequestsDuplicateWindow.
 func RequestsStreamConfig(s Subjects, l RequestsLimits) jetstream.StreamConfig {
-	l.defaults()
+	l = l.WithDefaults()
 	return jetstream.StreamConfig{
 		Name:                 s.RequestsStream(),
 		Description:          "mightyETL job submissions (last token = principal, Nats-Msg-Id = <principal>:<idempotency key>)",
@@ -270,7 +306,7 @@ func NewRequestConsumer(nc *nats.Conn, prefix string, h RequestHandler, log *slo
 	if err != nil {
 		return nil, fmt.Errorf("new request consumer: %w", err)
 	}
-	opts.defaults()
+	opts = opts.WithDefaults()
 	if opts.HandlerTimeout >= opts.AckWait {
 		return nil, errors.New("new request consumer: handler timeout must be shorter than ack wait")
 	}

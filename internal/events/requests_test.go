@@ -329,7 +329,7 @@ func TestRequestFailingInternallyIsTerminatedAfterMaxDeliveries(t *testing.T) {
 func TestRetryDelayGrowsToItsCap(t *testing.T) {
 	t.Parallel()
 	c := &RequestConsumer{opts: RequestConsumerOptions{}}
-	c.opts.defaults()
+	c.opts = c.opts.WithDefaults()
 	for delivered, want := range map[uint64]time.Duration{
 		1: time.Second, 2: 2 * time.Second, 6: 32 * time.Second, 7: time.Minute, 30: time.Minute, 1 << 40: time.Minute,
 	} {

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mightyetl/mightyetl/internal/auth"
 	"github.com/mightyetl/mightyetl/internal/codes"
+	"github.com/mightyetl/mightyetl/internal/config"
 	"github.com/mightyetl/mightyetl/internal/console"
 	"github.com/mightyetl/mightyetl/internal/health"
 	"github.com/mightyetl/mightyetl/internal/intake"
@@ -24,16 +25,24 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Limits of the request body (MIGHTYETL_MAX_PAYLOAD_BYTES).
+// Defaults of Options. The limits that are settings are config's, so the
+// two can never disagree.
 const (
-	DefaultMaxPayloadBytes = 1 << 20
-	MaxPayloadBytesCeiling = 64 << 20
+	// DefaultAddr is the listen address (MIGHTYETL_HTTP_ADDR).
+	DefaultAddr = config.DefaultHTTPAddr
+	// DefaultMaxPayloadBytes bounds a request body
+	// (MIGHTYETL_MAX_PAYLOAD_BYTES); MaxPayloadBytesCeiling is its ceiling.
+	DefaultMaxPayloadBytes = config.DefaultMaxPayloadBytes
+	MaxPayloadBytesCeiling = config.MaxPayloadBytesCeiling
+	// DefaultPollInterval is the worker poll interval Retry-After is
+	// derived from (MIGHTYETL_WORKER_POLL_INTERVAL).
+	DefaultPollInterval = config.DefaultWorkerPollInterval
 )
 
 // Options configure the HTTP API. Zero values take the defaults noted.
 type Options struct {
 	// Addr is the listen address of Server.Start (MIGHTYETL_HTTP_ADDR);
-	// empty means 127.0.0.1:8080, port 0 picks a free port (see Server.Addr).
+	// empty means DefaultAddr, port 0 picks a free port (see Server.Addr).
 	Addr string
 	// Service runs the use cases. Required.
 	Service *intake.Service
@@ -53,23 +62,26 @@ type Options struct {
 	// status, duration, error code) and debug lines for the rest; nil
 	// discards.
 	Logger *slog.Logger
-	// MaxPayloadBytes bounds a request body (1 byte..64 MiB); zero means 1 MiB.
+	// MaxPayloadBytes bounds a request body (1 byte..MaxPayloadBytesCeiling,
+	// MIGHTYETL_MAX_PAYLOAD_BYTES); zero means DefaultMaxPayloadBytes.
 	MaxPayloadBytes int64
 	// MaxInFlightBytes bounds the request body bytes held at once across
 	// all requests (MIGHTYETL_INTAKE_MAX_INFLIGHT_BYTES); a body that does
 	// not fit is 503 etl_server_busy with Retry-After. Bytes are counted as
 	// they arrive, never by declared length, and held until the handler
-	// returns. Zero means max(64 MiB, MaxPayloadBytes); it must be at least
+	// returns. Zero means max(DefaultMaxInFlightBytes, MaxPayloadBytes); it
+	// must be at least
 	// MaxPayloadBytes.
 	MaxInFlightBytes int64
 	// ProcessConcurrency bounds the POST /api/etl/process requests that run
 	// their transaction at once; the others wait (until their request
 	// ends) without holding a database connection. Keep it below the
 	// request pool's size so status, list and cancel always find a
-	// connection. Zero means 4.
+	// connection. Zero means DefaultProcessConcurrency.
 	ProcessConcurrency int
 	// PollInterval is the worker poll interval (MIGHTYETL_WORKER_POLL_INTERVAL);
-	// Retry-After is its ceiling in seconds, at least 1. Zero means 1s.
+	// Retry-After is its ceiling in seconds, at least 1. Zero means
+	// DefaultPollInterval.
 	PollInterval time.Duration
 	// DiagnosticJobsEnabled serves POST /api/etl/diagnostic-jobs
 	// (MIGHTYETL_DIAGNOSTIC_JOBS_ENABLED); otherwise it is 404.
@@ -85,12 +97,14 @@ type Options struct {
 	PrincipalHashKey []byte
 }
 
-func (o *Options) normalise() error {
-	if o.Service == nil {
-		return errors.New("httpapi: no intake service")
-	}
+// WithDefaults returns o with every zero field that has a default set to
+// it: DefaultAddr, auth.NewDeny(), an empty registry, a discarding logger,
+// DefaultMaxPayloadBytes, max(DefaultMaxInFlightBytes, MaxPayloadBytes),
+// DefaultProcessConcurrency and DefaultPollInterval (a non-positive
+// concurrency or poll interval counts as zero).
+func (o Options) WithDefaults() Options {
 	if o.Addr == "" {
-		o.Addr = "127.0.0.1:8080"
+		o.Addr = DefaultAddr
 	}
 	if o.Authenticator == nil {
 		o.Authenticator = auth.NewDeny()
@@ -104,20 +118,28 @@ func (o *Options) normalise() error {
 	if o.MaxPayloadBytes == 0 {
 		o.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
-	if o.MaxPayloadBytes < 1 || o.MaxPayloadBytes > MaxPayloadBytesCeiling {
-		return fmt.Errorf("httpapi: max payload bytes %d outside 1..%d", o.MaxPayloadBytes, MaxPayloadBytesCeiling)
-	}
 	if o.MaxInFlightBytes == 0 {
 		o.MaxInFlightBytes = max(DefaultMaxInFlightBytes, o.MaxPayloadBytes)
-	}
-	if o.MaxInFlightBytes < o.MaxPayloadBytes {
-		return fmt.Errorf("httpapi: max in-flight bytes %d below the payload limit %d", o.MaxInFlightBytes, o.MaxPayloadBytes)
 	}
 	if o.ProcessConcurrency <= 0 {
 		o.ProcessConcurrency = DefaultProcessConcurrency
 	}
 	if o.PollInterval <= 0 {
-		o.PollInterval = time.Second
+		o.PollInterval = DefaultPollInterval
+	}
+	return o
+}
+
+// validate checks o after WithDefaults.
+func (o Options) validate() error {
+	if o.Service == nil {
+		return errors.New("httpapi: no intake service")
+	}
+	if o.MaxPayloadBytes < 1 || o.MaxPayloadBytes > MaxPayloadBytesCeiling {
+		return fmt.Errorf("httpapi: max payload bytes %d outside 1..%d", o.MaxPayloadBytes, MaxPayloadBytesCeiling)
+	}
+	if o.MaxInFlightBytes < o.MaxPayloadBytes {
+		return fmt.Errorf("httpapi: max in-flight bytes %d below the payload limit %d", o.MaxInFlightBytes, o.MaxPayloadBytes)
 	}
 	return nil
 }
@@ -133,7 +155,8 @@ type api struct {
 // NewHandler returns the routed, instrumented handler of every route. It is
 // safe for concurrent use.
 func NewHandler(opts Options) (http.Handler, error) {
-	if err := opts.normalise(); err != nil {
+	opts = opts.WithDefaults()
+	if err := opts.validate(); err != nil {
 		return nil, err
 	}
 	a := &api{
@@ -204,7 +227,7 @@ func NewServer(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	_ = opts.normalise() // NewHandler validated a copy; fill defaults here too
+	opts = opts.WithDefaults() // NewHandler validated a copy; fill defaults here too
 	return &Server{
 		opts:    opts,
 		handler: h,

@@ -42,28 +42,61 @@ type Options struct {
 	// that needs a principal's scope fails with ErrInternal instead of
 	// hashing under an empty key.
 	PrincipalHashKey []byte
-	// MaxBatchRecords bounds records per request; zero means 1000.
+	// MaxBatchRecords bounds records per request
+	// (MIGHTYETL_MAX_BATCH_RECORDS); zero means DefaultMaxBatchRecords.
 	MaxBatchRecords int
-	// MaxAttempts is stored on each new job (1..100); zero means 3.
+	// MaxAttempts is stored on each new job (1..100, MIGHTYETL_MAX_ATTEMPTS);
+	// zero means DefaultMaxAttempts.
 	MaxAttempts int
 	// GroupCommitWindow is how long the first submission of a round waits for
-	// others to share its transaction; zero means 1ms, negative means no wait.
+	// others to share its transaction; zero means DefaultGroupCommitWindow,
+	// negative means no wait.
 	GroupCommitWindow time.Duration
 	// GroupCommitMaxBatch flushes a round early once this many submissions
-	// wait; zero means 256.
+	// wait; zero means DefaultGroupCommitMaxBatch.
 	GroupCommitMaxBatch int
 	// GroupCommitMaxBytes flushes a round early once its payloads add up to
 	// this many bytes, and no round carries more (a larger submission goes
 	// alone): all payloads of a round travel in one text[] parameter, which
-	// PostgreSQL caps at 1 GB. Zero means 16 MiB.
+	// PostgreSQL caps at 1 GB. Zero means DefaultGroupCommitMaxBytes.
 	GroupCommitMaxBytes int64
 	// GroupCommitMaxInFlight bounds concurrent group-commit transactions;
-	// zero means 2.
+	// zero means DefaultGroupCommitMaxInFlight.
 	GroupCommitMaxInFlight int
-	// FlushTimeout bounds one group-commit transaction; zero means 15s.
+	// FlushTimeout bounds one group-commit transaction; zero means
+	// DefaultFlushTimeout.
 	FlushTimeout time.Duration
 	// Metrics, when not nil, counts submissions, cancellations and batch sizes.
 	Metrics *metrics.Intake
+}
+
+// WithDefaults returns o with every zero field that has a default set to
+// it (the Default* constants; a non-positive group-commit size, in-flight
+// bound or flush timeout counts as zero). A negative GroupCommitWindow is
+// kept: it means no wait.
+func (o Options) WithDefaults() Options {
+	if o.MaxBatchRecords == 0 {
+		o.MaxBatchRecords = DefaultMaxBatchRecords
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = DefaultMaxAttempts
+	}
+	if o.GroupCommitWindow == 0 {
+		o.GroupCommitWindow = DefaultGroupCommitWindow
+	}
+	if o.GroupCommitMaxBatch <= 0 {
+		o.GroupCommitMaxBatch = DefaultGroupCommitMaxBatch
+	}
+	if o.GroupCommitMaxBytes <= 0 {
+		o.GroupCommitMaxBytes = DefaultGroupCommitMaxBytes
+	}
+	if o.GroupCommitMaxInFlight <= 0 {
+		o.GroupCommitMaxInFlight = DefaultGroupCommitMaxInFlight
+	}
+	if o.FlushTimeout <= 0 {
+		o.FlushTimeout = DefaultFlushTimeout
+	}
+	return o
 }
 
 // Service runs the intake use cases. It holds no goroutines and no cache;
@@ -82,35 +115,12 @@ func New(opts Options) (*Service, error) {
 	if opts.DB == nil {
 		return nil, errors.New("new intake service: no database")
 	}
-	if opts.MaxBatchRecords == 0 {
-		opts.MaxBatchRecords = DefaultMaxBatchRecords
-	}
-	if opts.MaxAttempts == 0 {
-		opts.MaxAttempts = DefaultMaxAttempts
-	}
+	opts = opts.WithDefaults()
 	if opts.MaxAttempts < 1 || opts.MaxAttempts > 100 {
 		return nil, fmt.Errorf("new intake service: max attempts %d outside 1..100", opts.MaxAttempts)
 	}
 	if opts.MaxBatchRecords < 1 {
 		return nil, fmt.Errorf("new intake service: max batch records %d below 1", opts.MaxBatchRecords)
-	}
-	switch {
-	case opts.GroupCommitWindow == 0:
-		opts.GroupCommitWindow = DefaultGroupCommitWindow
-	case opts.GroupCommitWindow < 0:
-		opts.GroupCommitWindow = 0
-	}
-	if opts.GroupCommitMaxBatch <= 0 {
-		opts.GroupCommitMaxBatch = DefaultGroupCommitMaxBatch
-	}
-	if opts.GroupCommitMaxBytes <= 0 {
-		opts.GroupCommitMaxBytes = DefaultGroupCommitMaxBytes
-	}
-	if opts.GroupCommitMaxInFlight <= 0 {
-		opts.GroupCommitMaxInFlight = DefaultGroupCommitMaxInFlight
-	}
-	if opts.FlushTimeout <= 0 {
-		opts.FlushTimeout = DefaultFlushTimeout
 	}
 	s := &Service{
 		db:          opts.DB,
@@ -121,7 +131,7 @@ func New(opts Options) (*Service, error) {
 	}
 	s.batcher = &batcher{
 		db:           opts.DB,
-		window:       opts.GroupCommitWindow,
+		window:       max(opts.GroupCommitWindow, 0), // negative: no wait
 		maxBatch:     opts.GroupCommitMaxBatch,
 		maxBytes:     opts.GroupCommitMaxBytes,
 		maxInFlight:  opts.GroupCommitMaxInFlight,

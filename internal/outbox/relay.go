@@ -54,7 +54,9 @@ type Options struct {
 	Source string
 }
 
-func (o *Options) defaults() {
+// WithDefaults returns o with every non-positive duration or size set to
+// its Default* constant.
+func (o Options) WithDefaults() Options {
 	if o.PollInterval <= 0 {
 		o.PollInterval = DefaultPollInterval
 	}
@@ -67,6 +69,7 @@ func (o *Options) defaults() {
 	if o.ListenReconnectDelay <= 0 {
 		o.ListenReconnectDelay = DefaultListenReconnectDelay
 	}
+	return o
 }
 
 // Relay publishes the transactional outbox to NATS; see the package
@@ -108,7 +111,7 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, prefix string, log *slog.Logger, m *
 	if err != nil {
 		return nil, fmt.Errorf("new outbox relay: %w", err)
 	}
-	opts.defaults()
+	opts = opts.WithDefaults()
 	js, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(2*opts.BatchSize),
 		jetstream.WithPublishAsyncTimeout(opts.PublishTimeout))

@@ -1,0 +1,50 @@
+package config_test
+
+import (
+	"testing"
+
+	"github.com/mightyetl/mightyetl/internal/config"
+	"github.com/mightyetl/mightyetl/internal/console"
+	"github.com/mightyetl/mightyetl/internal/events"
+	"github.com/mightyetl/mightyetl/internal/httpapi"
+	"github.com/mightyetl/mightyetl/internal/intake"
+	"github.com/mightyetl/mightyetl/internal/outbox"
+)
+
+// An intake configured by nothing gets exactly the defaults the library
+// structs apply to their zero values: configuration and library cannot
+// disagree about a default.
+func TestIntakeDefaultsAreTheLibraryDefaults(t *testing.T) {
+	c, _, err := config.LoadIntake(nil, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := httpapi.Options{}.WithDefaults()
+	svc := intake.Options{}.WithDefaults()
+	consumer := events.RequestConsumerOptions{}.WithDefaults()
+	limits := events.RequestsLimits{}.WithDefaults()
+	relay := outbox.Options{}.WithDefaults()
+	for _, d := range []struct {
+		name            string
+		config, library any
+	}{
+		{"MIGHTYETL_HTTP_ADDR", c.HTTPAddr, api.Addr},
+		{"MIGHTYETL_MAX_PAYLOAD_BYTES", int64(c.MaxPayloadBytes), api.MaxPayloadBytes},
+		{"MIGHTYETL_INTAKE_MAX_INFLIGHT_BYTES", int64(c.MaxInFlightBytes), api.MaxInFlightBytes},
+		{"MIGHTYETL_WORKER_POLL_INTERVAL", c.WorkerPollInterval, api.PollInterval},
+		{"MIGHTYETL_MAX_BATCH_RECORDS", c.MaxBatchRecords, svc.MaxBatchRecords},
+		{"MIGHTYETL_MAX_ATTEMPTS", c.MaxAttempts, svc.MaxAttempts},
+		{"MIGHTYETL_CONSOLE_BULK_CANCEL_CAP", c.ConsoleBulkCancelCap, console.DefaultBulkCancelCap},
+		{"MIGHTYETL_NATS_REQUEST_CONCURRENCY", c.NATS.RequestConcurrency, consumer.Concurrency},
+		{"MIGHTYETL_NATS_REQUEST_MAX_DELIVERIES", c.NATS.RequestMaxDeliveries, consumer.MaxDeliveries},
+		{"MIGHTYETL_NATS_REQUESTS_MAX_BYTES", int64(c.NATS.RequestsMaxBytes), limits.MaxBytes},
+		{"MIGHTYETL_NATS_REQUESTS_MAX_PER_PRINCIPAL", int64(c.NATS.RequestsMaxPerPrincipal), limits.MaxPerPrincipal},
+		{"MIGHTYETL_OUTBOX_POLL_INTERVAL", c.NATS.OutboxPollInterval, relay.PollInterval},
+		{"MIGHTYETL_OUTBOX_BATCH_SIZE", c.NATS.OutboxBatchSize, relay.BatchSize},
+		{"MIGHTYETL_NATS_SUBJECT_PREFIX", c.NATS.SubjectPrefix, events.DefaultPrefix},
+	} {
+		if d.config != d.library {
+			t.Errorf("%s: configuration default %v, library default %v", d.name, d.config, d.library)
+		}
+	}
+}
