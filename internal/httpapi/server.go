@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -213,9 +212,6 @@ type Server struct {
 	handler http.Handler
 	srv     *http.Server
 	ss      startstop.Base
-	// forced is set when the drain's context ended and the remaining
-	// connections were closed.
-	forced atomic.Bool
 
 	mu sync.Mutex
 	ln net.Listener // set by Start
@@ -284,15 +280,18 @@ func (s *Server) start(ctx context.Context) (startstop.StopFunc, error) {
 	}()
 	return func(ctx context.Context) error {
 		stopSampling()
-		if err := s.srv.Shutdown(ctx); err != nil {
+		err := s.srv.Shutdown(ctx)
+		if err != nil {
 			// The first Stop's ctx ended: drop the requests still running.
 			// That Stop returns ctx.Err(); the server is stopped all the
-			// same, so a later Stop returns nil.
-			s.forced.Store(true)
+			// same, so a later Stop returns nil (startstop.Base).
 			_ = s.srv.Close()
 		}
 		serveErr := <-served // Serve returns as soon as Shutdown or Close began
 		<-sampled
+		if err != nil {
+			return fmt.Errorf("stop http server: %w", err)
+		}
 		if serveErr != nil {
 			return fmt.Errorf("serve http: %w", serveErr)
 		}
@@ -316,11 +315,5 @@ func (s *Server) Addr() string {
 // when its own ctx ends first. Safe to call twice, concurrently, and before
 // Start (a later Start then returns startstop.ErrStopped).
 func (s *Server) Stop(ctx context.Context) error {
-	err := s.ss.Stop(ctx)
-	if err == nil && ctx.Err() != nil && s.forced.Load() {
-		// The stop finished just as ctx ended, by closing what ctx did not
-		// let drain: report the ended ctx whichever of the two Base saw.
-		return ctx.Err()
-	}
-	return err
+	return s.ss.Stop(ctx)
 }

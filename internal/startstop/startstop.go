@@ -9,6 +9,10 @@
 //     every caller waits for it to finish or for its own context to end, in
 //     which case Stop returns ctx.Err() and the stop goes on in the
 //     background. Stop never blocks forever on a context that ends.
+//   - The stop function runs on the first Stop caller's context. When it
+//     returns that context's error (it was cut short: a drain that did not
+//     finish in time), the part is stopped all the same: that caller gets
+//     ctx.Err(), every later Stop nil.
 //   - Stop before Start (or on a part whose Start failed) returns nil at
 //     once.
 //
@@ -59,6 +63,7 @@ type Base struct {
 	stop    StopFunc
 	stopped chan struct{} // closed when the stop function returned
 	err     error         // the stop function's result, read after stopped closes
+	cut     bool          // the stop function returned its ctx's error (err is nil then)
 	began   bool          // the stop function was launched
 }
 
@@ -93,7 +98,8 @@ func (b *Base) Started() bool {
 
 // Stop runs the stop function once and waits for it, or until ctx ends
 // (then it returns ctx.Err()). Every later or concurrent call waits for the
-// same stop and returns its result. Stop before Start returns nil and makes
+// same stop and returns its result (nil when the stop function returned the
+// first caller's ctx error). Stop before Start returns nil and makes
 // a later Start return ErrStopped.
 func (b *Base) Stop(ctx context.Context) error {
 	b.mu.Lock()
@@ -109,8 +115,12 @@ func (b *Base) Stop(ctx context.Context) error {
 		stop, stopped := b.stop, b.stopped
 		go func() {
 			err := stop(ctx)
+			cut := ctx.Err() != nil && errors.Is(err, ctx.Err())
+			if cut {
+				err = nil // stopped, if not gracefully: only ctx's owner hears of it
+			}
 			b.mu.Lock()
-			b.err = err
+			b.err, b.cut = err, cut
 			b.mu.Unlock()
 			close(stopped)
 		}()
@@ -121,6 +131,9 @@ func (b *Base) Stop(ctx context.Context) error {
 	case <-stopped:
 		b.mu.Lock()
 		defer b.mu.Unlock()
+		if b.cut && ctx.Err() != nil {
+			return ctx.Err() // whichever of the two ready cases select chose
+		}
 		return b.err
 	case <-ctx.Done():
 		return ctx.Err()

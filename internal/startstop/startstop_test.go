@@ -3,6 +3,7 @@ package startstop_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -121,4 +122,29 @@ func TestStopErrorIsReturnedToEveryCaller(t *testing.T) {
 			t.Fatalf("Stop: %v, want boom", err)
 		}
 	}
+}
+
+// TestStopCutShortReportsToTheCallerWhoseContextEnded: a stop function that
+// returns its context's error (a drain cut short) leaves the part stopped:
+// the caller whose context ended gets ctx.Err(), a later Stop nil.
+func TestStopCutShortReportsToTheCallerWhoseContextEnded(t *testing.T) {
+	t.Parallel()
+	var b startstop.Base
+	if err := b.Start(context.Background(), func(context.Context) (startstop.StopFunc, error) {
+		return func(ctx context.Context) error {
+			<-ctx.Done()
+			return fmt.Errorf("drain: %w", ctx.Err())
+		}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := b.Stop(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Stop with the ended context: %v, want context.Canceled", err)
+	}
+	if err := b.Stop(context.Background()); err != nil {
+		t.Fatalf("later Stop: %v, want nil (the part stopped)", err)
+	}
+	<-b.Done()
 }
