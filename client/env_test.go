@@ -18,10 +18,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mightyetl/mightyetl/client"
+	"github.com/mightyetl/mightyetl/internal/app"
 	"github.com/mightyetl/mightyetl/internal/auth"
 	"github.com/mightyetl/mightyetl/internal/config"
-	"github.com/mightyetl/mightyetl/internal/httpapi"
-	"github.com/mightyetl/mightyetl/internal/natsbridge"
 	"github.com/mightyetl/mightyetl/internal/natstest"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 	"github.com/mightyetl/mightyetl/internal/worker"
@@ -111,16 +110,17 @@ func newStack(t *testing.T, withWorker bool, opts ...stackOption) *stack {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	pools, err := httpapi.OpenPools(ctx, icfg, "mightyetl-client-test")
+	pools, err := app.OpenIntakePools(ctx, icfg, "mightyetl-client-test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pools.Close)
-	srv, svc, err := httpapi.NewServerFromConfig(icfg, pools, authn, log, prometheus.NewRegistry())
+	in, err := app.NewIntake(icfg, pools, app.IntakeOptions{Authenticator: authn, Logger: log,
+		Registry: prometheus.NewRegistry(), Name: "mightyetl-client-test"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := srv.Handler()
+	h := in.Server.Handler()
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if f := s.wrap.Load(); f != nil {
 			(*f)(w, r, h)
@@ -129,8 +129,8 @@ func newStack(t *testing.T, withWorker bool, opts ...stackOption) *stack {
 		h.ServeHTTP(w, r)
 	}))
 	t.Cleanup(s.srv.Close)
-	bridge := natsbridge.New(natsbridge.Options{NATS: icfg.NATS, Pool: pools.Relay, Service: svc,
-		MaxRequestBytes: icfg.MaxPayloadBytes, Name: "mightyetl-client-test", Registry: prometheus.NewRegistry(), Log: log})
+	// The API is served by httptest (wrappable); only the bridge starts.
+	bridge := in.Bridge
 	if err := bridge.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

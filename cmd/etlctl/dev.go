@@ -13,13 +13,10 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/mightyetl/mightyetl/internal/app"
 	"github.com/mightyetl/mightyetl/internal/auth"
 	"github.com/mightyetl/mightyetl/internal/config"
-	"github.com/mightyetl/mightyetl/internal/httpapi"
-	"github.com/mightyetl/mightyetl/internal/natsbridge"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/tracing"
 	"github.com/mightyetl/mightyetl/internal/worker"
@@ -134,7 +131,7 @@ func runDev(args []string) int {
 		fmt.Fprintf(os.Stderr, "etlctl dev: database %s: %s\n", pg.RedactURL(icfg.DatabaseURL), icfg.RedactError(err))
 		return 1
 	}
-	pools, err := httpapi.OpenPools(startCtx, icfg, "mightyetl-dev")
+	pools, err := app.OpenIntakePools(startCtx, icfg, "mightyetl-dev")
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "etlctl dev: database %s: %s\n", pg.RedactURL(icfg.DatabaseURL), icfg.RedactError(err))
 		return 1
@@ -145,9 +142,7 @@ func runDev(args []string) int {
 		return 1
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv, svc, err := httpapi.NewServerFromConfig(icfg, pools, authn, log, reg)
+	in, err := app.NewIntake(icfg, pools, app.IntakeOptions{Authenticator: authn, Logger: log, Registry: app.NewRegistry(), Name: "mightyetl-dev"})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "etlctl dev: %v\n", err)
 		return 2
@@ -160,16 +155,6 @@ func runDev(args []string) int {
 			_ = stoppers[i](stopCtx)
 		}
 	}()
-	bridge := natsbridge.New(natsbridge.Options{NATS: icfg.NATS, Pool: pools.Relay, Service: svc,
-		MaxRequestBytes: icfg.MaxPayloadBytes, Name: "mightyetl-dev", Registry: reg, Log: log})
-	if err := bridge.Start(ctx); err != nil {
-		fmt.Fprintf(os.Stderr, "etlctl dev: %v\n", err)
-		return 1
-	}
-	stoppers = append(stoppers, bridge.Stop)
-	if c := srv.Console(); c != nil {
-		c.SetRelayState(bridge.RelayState)
-	}
 	wp, err := worker.NewProcess(startCtx, wcfg, wloader.Provenance(), true, log)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "etlctl dev: worker: %s\n", wcfg.RedactError(err))
@@ -180,13 +165,15 @@ func runDev(args []string) int {
 		return 1
 	}
 	stoppers = append(stoppers, wp.Stop)
-	if err := srv.Start(startCtx); err != nil {
+	// The intake starts last and stops first: its bridge runs until ctx
+	// ends (SIGINT/SIGTERM) or Stop.
+	if err := in.Start(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "etlctl dev: %v\n", err)
 		return 1
 	}
-	stoppers = append(stoppers, srv.Stop)
+	stoppers = append(stoppers, in.Stop)
 
-	base := "http://" + srv.Addr()
+	base := "http://" + in.Server.Addr()
 	fmt.Println("mightyETL dev is running: intake " + base + ", worker metrics http://" + wp.MetricsAddr() + "/metrics")
 	if icfg.AuthMode == auth.ModeBasic && os.Getenv("MIGHTYETL_BASIC_CREDENTIALS_FILE") == "" {
 		fmt.Printf("dev credential (printed once): %s / %s\n", devPrincipal, password)

@@ -17,13 +17,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mightyetl/mightyetl/internal/app"
 	"github.com/mightyetl/mightyetl/internal/config"
-	"github.com/mightyetl/mightyetl/internal/httpapi"
-	"github.com/mightyetl/mightyetl/internal/natsbridge"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/tracing"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 func main() {
@@ -73,7 +70,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	defer cancel()
 	// Three pools: requests (statement_timeout), /readyz and the outbox
 	// relay, so neither readiness nor event delivery waits behind requests.
-	pools, err := httpapi.OpenPools(startCtx, cfg, "mightyetl-intake")
+	pools, err := app.OpenIntakePools(startCtx, cfg, "mightyetl-intake")
 	if err != nil {
 		fmt.Fprintf(stderr, "intake: database %s: %s\n", pg.RedactURL(cfg.DatabaseURL), cfg.RedactError(err))
 		return 1
@@ -93,40 +90,25 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		return 1
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv, svc, err := httpapi.NewServerFromConfig(cfg, pools, authn, log, reg)
+	in, err := app.NewIntake(cfg, pools, app.IntakeOptions{Authenticator: authn, Logger: log, Registry: app.NewRegistry(), Name: "mightyetl-intake"})
 	if err != nil {
 		fmt.Fprintf(stderr, "intake: %v\n", err)
 		return 2
 	}
-	bridge := natsbridge.New(natsbridge.Options{NATS: cfg.NATS, Pool: pools.Relay, Service: svc,
-		MaxRequestBytes: cfg.MaxPayloadBytes, Name: "mightyetl-intake", Registry: reg, Log: log})
-	if err := bridge.Start(ctx); err != nil {
+	// The bridge runs until ctx ends (SIGINT/SIGTERM) or Stop.
+	if err := in.Start(ctx); err != nil {
 		fmt.Fprintf(stderr, "intake: %v\n", err)
 		return 1
 	}
-	if !bridge.Enabled() {
+	if !in.Bridge.Enabled() {
 		log.Info("NATS_URL not set; no outbox relay or request consumer (workers poll)")
 	}
-	if c := srv.Console(); c != nil {
-		c.SetRelayState(bridge.RelayState)
-	}
-	defer func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = bridge.Stop(stopCtx)
-	}()
-	if err := srv.Start(startCtx); err != nil {
-		fmt.Fprintf(stderr, "intake: %v\n", err)
-		return 1
-	}
-	log.Info("intake listening", "addr", srv.Addr())
+	log.Info("intake listening", "addr", in.Server.Addr())
 	<-ctx.Done()
 	log.Info("intake stopping")
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
 	defer cancelStop()
-	if err := srv.Stop(stopCtx); err != nil {
+	if err := in.Stop(stopCtx); err != nil {
 		log.Error("intake stop", "error_class", "shutdown_timeout")
 		return 1
 	}

@@ -28,9 +28,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/mightyetl/mightyetl/internal/app"
 	"github.com/mightyetl/mightyetl/internal/auth"
 	"github.com/mightyetl/mightyetl/internal/config"
-	"github.com/mightyetl/mightyetl/internal/httpapi"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 	"github.com/mightyetl/mightyetl/internal/testwait"
@@ -114,15 +114,16 @@ func startStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pools, err := httpapi.OpenPools(ctx, icfg, "console-test")
+	pools, err := app.OpenIntakePools(ctx, icfg, "console-test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pools.Close)
-	srv, _, err := httpapi.NewServerFromConfig(icfg, pools, authn, log, prometheus.NewRegistry())
+	in, err := app.NewIntake(icfg, pools, app.IntakeOptions{Authenticator: authn, Logger: log, Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv := in.Server
 	if err := srv.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,205 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/mightyetl/mightyetl/internal/config"
+	"github.com/mightyetl/mightyetl/internal/natstest"
+	"github.com/mightyetl/mightyetl/internal/pgtest"
+	"github.com/mightyetl/mightyetl/internal/startstop"
+	"github.com/mightyetl/mightyetl/internal/startstop/startstoptest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// pgx pools of databases dropped at cleanup, and the keep-alive
+		// connections of http.DefaultTransport, close asynchronously.
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+	)
+}
+
+// testIntakeConfig is a valid intake configuration on databaseURL.
+func testIntakeConfig(databaseURL string) config.Intake {
+	return config.Intake{DatabaseURL: databaseURL, HTTPAddr: "127.0.0.1:0", MaxPayloadBytes: 1 << 20, MaxBatchRecords: 1000,
+		MaxAttempts: 3, WorkerPollInterval: time.Second, MaxInFlightBytes: 64 << 20, StatementTimeout: 7 * time.Second, PoolSize: 4}
+}
+
+func openTestPools(t *testing.T, cfg config.Intake) IntakePools {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pools, err := OpenIntakePools(ctx, cfg, "mightyetl-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pools.Close)
+	return pools
+}
+
+func get(t *testing.T, url string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	hr, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+	res, err := http.DefaultClient.Do(hr)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	return res.StatusCode
+}
+
+func TestIntakeStartStop(t *testing.T) {
+	t.Parallel()
+	_, url := pgtest.NewDatabase(t)
+	cfg := testIntakeConfig(url)
+	in, err := NewIntake(cfg, openTestPools(t, cfg), IntakeOptions{})
+	if err != nil || in.Service == nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := in.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if in.Bridge.Enabled() {
+		t.Error("bridge enabled without NATS_URL")
+	}
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/api/etl/jobs": 401} {
+		if got := get(t, "http://"+in.Server.Addr()+path); got != want {
+			t.Errorf("%s: %d, want %d", path, got, want)
+		}
+	}
+	http.DefaultClient.CloseIdleConnections()
+	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := in.Stop(stopCtx); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Stop(stopCtx); err != nil {
+		t.Fatalf("second stop: %v", err)
+	}
+}
+
+// TestIntakeStress runs the shared start/stop stress test against whole
+// intake processes with NATS (HTTP server, outbox relay, request consumer
+// and console sampler), every round on one database and prefix.
+func TestIntakeStress(t *testing.T) {
+	t.Parallel()
+	_, url := pgtest.NewDatabase(t)
+	cfg := testIntakeConfig(url)
+	cfg.ConsoleEnabled = true
+	cfg.PrincipalHashKey = "0123456789abcdef0123456789abcdef-test"
+	cfg.NATS = config.NATS{URL: natstest.URL(t), SubjectPrefix: natstest.Prefix(t), RequestsEnabled: true,
+		OutboxPollInterval: time.Second, OutboxBatchSize: 100}
+	pools := openTestPools(t, cfg)
+	startstoptest.Stress(t, func(t *testing.T) startstop.Service {
+		in, err := NewIntake(cfg, pools, IntakeOptions{Name: "app-stress-test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in
+	}, 30*time.Second)
+}
+
+// TestIntakeStartFailureLeavesNothingRunning: a listener that cannot bind
+// stops the bridge that already started, and the intake is stopped.
+func TestIntakeStartFailureLeavesNothingRunning(t *testing.T) {
+	t.Parallel()
+	_, url := pgtest.NewDatabase(t)
+	cfg := testIntakeConfig(url)
+	cfg.NATS = config.NATS{URL: natstest.URL(t), SubjectPrefix: natstest.Prefix(t), OutboxPollInterval: time.Second, OutboxBatchSize: 100}
+	pools := openTestPools(t, cfg)
+	first, err := NewIntake(cfg, pools, IntakeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer first.Stop(context.Background())
+	cfg.HTTPAddr = first.Server.Addr() // taken
+	second, err := NewIntake(cfg, pools, IntakeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Start(t.Context()); err == nil {
+		t.Fatal("Start on a taken address succeeded")
+	}
+	if got := second.Bridge.Start(t.Context()); !errors.Is(got, startstop.ErrStopped) {
+		t.Fatalf("the failed intake's bridge: Start = %v, want ErrStopped (stopped)", got)
+	}
+	if err := second.Stop(t.Context()); err != nil {
+		t.Fatalf("Stop after a failed Start: %v", err)
+	}
+}
+
+// TestIntakePools: the intake's request pool has the configured size and
+// statement_timeout; /readyz runs on a pool of its own and answers while
+// requests hold every request connection; the relay has its own pool too;
+// /process gets half of the request pool.
+func TestIntakePools(t *testing.T) {
+	t.Parallel()
+	_, url := pgtest.NewDatabase(t)
+	cfg := testIntakeConfig(url)
+	pools := openTestPools(t, cfg)
+	ctx := context.Background()
+	if pools.Requests == pools.Health || pools.Requests == pools.Relay || pools.Health == pools.Relay {
+		t.Fatal("pools are shared")
+	}
+	if n := pools.Requests.Config().MaxConns; n != int32(cfg.PoolSize) {
+		t.Errorf("request pool size %d, want %d", n, cfg.PoolSize)
+	}
+	for name, p := range map[string]*pgxpool.Pool{"request": pools.Requests, "relay": pools.Relay} {
+		var timeout string
+		if err := p.QueryRow(ctx, "SHOW statement_timeout").Scan(&timeout); err != nil || timeout != "7s" {
+			t.Errorf("%s pool statement_timeout %q (%v), want 7s", name, timeout, err)
+		}
+	}
+	for conns, want := range map[int32]int{1: 1, 2: 1, 4: 2, 9: 4} {
+		if got := processConcurrency(conns); got != want {
+			t.Errorf("/process concurrency on %d connections: %d, want %d", conns, got, want)
+		}
+	}
+
+	in, err := NewIntake(cfg, pools, IntakeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		http.DefaultClient.CloseIdleConnections()
+		stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_ = in.Stop(stopCtx)
+	}()
+	// Every request connection busy: readiness must not wait for one.
+	var held []*pgxpool.Conn
+	for range cfg.PoolSize {
+		c, err := pools.Requests.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	status := get(t, "http://"+in.Server.Addr()+"/readyz")
+	for _, c := range held {
+		c.Release()
+	}
+	if status != 200 {
+		t.Fatalf("/readyz with the request pool exhausted: %d", status)
+	}
+}
