@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/mightyetl/mightyetl/internal/natstest"
 	"github.com/mightyetl/mightyetl/internal/startstop"
 	"github.com/mightyetl/mightyetl/internal/startstop/startstoptest"
@@ -15,7 +13,8 @@ import (
 
 // TestRequestConsumerStartStop runs the shared start/stop stress test
 // against real request consumers on the test NATS server (all rounds share
-// one prefix, so one stream and one durable consumer). Against the
+// one prefix, so one stream and one durable consumer; natstest.Prefix
+// deletes the stream at the end). Against the
 // hand-written Start/Stop it replaced, its StopBeforeStart case failed: a
 // Stop before Start did not stop a later Start, which then ran a consumer
 // nobody stopped.
@@ -23,15 +22,6 @@ func TestRequestConsumerStartStop(t *testing.T) {
 	t.Parallel()
 	nc := natstest.Connect(t, natstest.URL(t))
 	s, _ := NewSubjects(natstest.Prefix(t))
-	t.Cleanup(func() {
-		js, err := jetstream.New(nc)
-		if err != nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = js.DeleteStream(ctx, s.RequestsStream())
-	})
 	h := &fakeHandler{script: func(int, call) ([]byte, string, error) { return []byte("{}"), "", nil }}
 	startstoptest.Stress(t, func(t *testing.T) startstop.Service {
 		c, err := NewRequestConsumer(nc, s.Prefix(), h, nil, nil, RequestConsumerOptions{

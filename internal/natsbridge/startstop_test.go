@@ -1,12 +1,8 @@
 package natsbridge_test
 
 import (
-	"context"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mightyetl/mightyetl/internal/config"
 	"github.com/mightyetl/mightyetl/internal/natsbridge"
@@ -18,24 +14,13 @@ import (
 
 // TestBridgeStartStop runs the shared start/stop stress test against real
 // bridges (connection, relay and request consumer; every round on one
-// database and prefix), and against bridges without NATS configured.
+// database and prefix, whose streams natstest.Prefix deletes at the end),
+// and against bridges without NATS configured.
 func TestBridgeStartStop(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	url := natstest.URL(t)
 	prefix := natstest.Prefix(t)
-	nc := natstest.Connect(t, url)
-	t.Cleanup(func() {
-		js, err := jetstream.New(nc)
-		if err != nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		for _, s := range []string{"_REQUESTS", "_LIFECYCLE"} {
-			_ = js.DeleteStream(ctx, strings.ToUpper(prefix)+s)
-		}
-	})
 	svc := service(t, pool)
 	t.Run("Configured", func(t *testing.T) {
 		startstoptest.Stress(t, func(t *testing.T) startstop.Service {
