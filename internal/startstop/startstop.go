@@ -4,7 +4,8 @@
 // rivershared/startstop.BaseStartStop:
 //
 //   - Start runs the part's start function once; a second Start returns
-//     ErrAlreadyStarted, and a Start after Stop returns ErrStopped.
+//     ErrAlreadyStarted (at once, also while the first one still runs), and
+//     a Start after Stop returns ErrStopped.
 //   - Stop runs the part's stop function once, whoever calls it first, and
 //     every caller waits for it to finish or for its own context to end, in
 //     which case Stop returns ctx.Err() and the stop goes on in the
@@ -14,7 +15,9 @@
 //     finish in time), the part is stopped all the same: that caller gets
 //     ctx.Err(), every later Stop nil.
 //   - Stop before Start (or on a part whose Start failed) returns nil at
-//     once.
+//     once. A Stop while the start function still runs waits for it like
+//     for the stop, within its own context; once the start succeeds the
+//     part is stopped, on that Stop's context.
 //
 // A part embeds or holds a Base and calls Base.Start and Base.Stop from its
 // own Start and Stop.
@@ -52,14 +55,19 @@ type StartFunc func(ctx context.Context) (StopFunc, error)
 
 const (
 	stateNew = iota
+	stateStarting
 	stateStarted
 	stateStopped
 )
 
 // Base holds the start/stop state of one part. The zero value is ready.
 type Base struct {
-	mu      sync.Mutex
-	state   int
+	mu       sync.Mutex
+	state    int
+	starting chan struct{} // closed when the start function returned
+	// stopCtx is the context of a Stop that came while the start function
+	// ran; the stop runs on it once the start succeeded.
+	stopCtx context.Context
 	stop    StopFunc
 	stopped chan struct{} // closed when the stop function returned
 	err     error         // the stop function's result, read after stopped closes
@@ -67,25 +75,40 @@ type Base struct {
 	began   bool          // the stop function was launched
 }
 
-// Start runs start once under the part's lock. The returned StopFunc is
-// kept for Stop. An error from start leaves the part stopped (Stop returns
-// nil) and is returned.
+// Start runs start once, outside the part's lock (so a Stop is not held up
+// by it). The returned StopFunc is kept for Stop. An error from start leaves
+// the part stopped (Stop returns nil) and is returned.
 func (b *Base) Start(ctx context.Context, start StartFunc) error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	switch b.state {
-	case stateStarted:
+	case stateStarting, stateStarted:
+		b.mu.Unlock()
 		return ErrAlreadyStarted
 	case stateStopped:
+		b.mu.Unlock()
 		return ErrStopped
 	}
+	b.state = stateStarting
+	starting := make(chan struct{})
+	b.starting = starting
+	b.mu.Unlock()
+
 	stop, err := start(ctx)
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	defer close(starting)
 	if err != nil {
 		b.state = stateStopped
 		return err
 	}
-	b.state = stateStarted
 	b.stop = stop
+	if b.stopCtx != nil { // a Stop came meanwhile
+		b.state = stateStopped
+		b.launchLocked(b.stopCtx)
+		return nil
+	}
+	b.state = stateStarted
 	return nil
 }
 
@@ -103,28 +126,28 @@ func (b *Base) Started() bool {
 // a later Start return ErrStopped.
 func (b *Base) Stop(ctx context.Context) error {
 	b.mu.Lock()
+	if b.state == stateStarting {
+		// The stop runs when the start returns (see Start), on the first
+		// such Stop's context; wait for it like for any stop.
+		if b.stopCtx == nil {
+			b.stopCtx = ctx
+		}
+		starting := b.starting
+		b.mu.Unlock()
+		select {
+		case <-starting:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		b.mu.Lock()
+	}
 	if b.stop == nil {
 		b.state = stateStopped
 		b.mu.Unlock()
 		return nil
 	}
 	b.state = stateStopped
-	if !b.began {
-		b.began = true
-		b.stopped = make(chan struct{})
-		stop, stopped := b.stop, b.stopped
-		go func() {
-			err := stop(ctx)
-			cut := ctx.Err() != nil && errors.Is(err, ctx.Err())
-			if cut {
-				err = nil // stopped, if not gracefully: only ctx's owner hears of it
-			}
-			b.mu.Lock()
-			b.err, b.cut = err, cut
-			b.mu.Unlock()
-			close(stopped)
-		}()
-	}
+	b.launchLocked(ctx)
 	stopped := b.stopped
 	b.mu.Unlock()
 	select {
@@ -138,6 +161,28 @@ func (b *Base) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// launchLocked runs the stop function on ctx in the background, unless it
+// was launched before. b.mu is held and b.stop is set.
+func (b *Base) launchLocked(ctx context.Context) {
+	if b.began {
+		return
+	}
+	b.began = true
+	b.stopped = make(chan struct{})
+	stop, stopped := b.stop, b.stopped
+	go func() {
+		err := stop(ctx)
+		cut := ctx.Err() != nil && errors.Is(err, ctx.Err())
+		if cut {
+			err = nil // stopped, if not gracefully: only ctx's owner hears of it
+		}
+		b.mu.Lock()
+		b.err, b.cut = err, cut
+		b.mu.Unlock()
+		close(stopped)
+	}()
 }
 
 // Done is closed once a Stop has finished stopping the part; nil before the

@@ -148,3 +148,48 @@ func TestStopCutShortReportsToTheCallerWhoseContextEnded(t *testing.T) {
 	}
 	<-b.Done()
 }
+
+// TestStopDuringAStartThatHangsReturnsWithItsContext: Stop does not wait
+// on a start function that does not return (a start-up check against an
+// unreachable database) beyond its own context, and the start it raced
+// is stopped once it completes. The first Base ran the start function under
+// its lock and Stop took that lock first, so Stop blocked as long as the
+// start did, whatever its context.
+func TestStopDuringAStartThatHangsReturnsWithItsContext(t *testing.T) {
+	t.Parallel()
+	var b startstop.Base
+	entered, release := make(chan struct{}), make(chan struct{})
+	var stops atomic.Int32
+	started := make(chan error, 1)
+	go func() {
+		started <- b.Start(context.Background(), func(context.Context) (startstop.StopFunc, error) {
+			close(entered)
+			<-release
+			return func(context.Context) error { stops.Add(1); return nil }, nil
+		})
+	}()
+	<-entered
+	if err := b.Start(context.Background(), func(context.Context) (startstop.StopFunc, error) {
+		t.Error("a second start function ran")
+		return nil, nil
+	}); !errors.Is(err, startstop.ErrAlreadyStarted) {
+		t.Fatalf("Start during a start = %v, want ErrAlreadyStarted", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errs := make(chan error, 1)
+	go func() { errs <- b.Stop(ctx) }()
+	cancel()
+	if err := <-errs; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Stop during a hanging start with an ended context = %v, want context.Canceled", err)
+	}
+	close(release)
+	if err := <-started; err != nil {
+		t.Fatalf("the raced Start: %v", err)
+	}
+	if err := b.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop after the start completed: %v", err)
+	}
+	if n := stops.Load(); n != 1 {
+		t.Fatalf("stop function ran %d times, want 1 (the Stop that raced the start asked for it)", n)
+	}
+}
