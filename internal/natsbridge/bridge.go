@@ -1,7 +1,8 @@
 // Package natsbridge connects an intake-side process to NATS: it opens the
 // connection, runs the outbox relay (database → NATS) and, when enabled, the
-// JetStream request consumer (NATS → intake). cmd/intake, `etlctl relay` and
-// `etlctl dev` share it so the three start the same way.
+// JetStream request consumer (NATS → intake). The intake process
+// (internal/app, for cmd/intake and `etlctl dev`) and `etlctl relay` share
+// it so they start the same way.
 //
 // NATS is advisory: a bridge started while NATS is down keeps retrying in
 // the background and the process keeps serving from the database.
