@@ -265,19 +265,19 @@ func (e *executorPool) fencedWrite(r *running, success string, write func(ctx co
 			return ""
 		case !isTransientDB(err):
 			if success == metrics.OutcomeSucceeded {
-				e.log.Warn("the target refused the job's rows; the job fails", "error_class", errorClass(err))
+				e.log.Warn("the target refused the job's rows; the job fails", "error_class", pg.ErrorClass(err))
 				return e.fencedWrite(r, metrics.OutcomeFailed, func(ctx context.Context) error {
 					return lease.Fail(ctx, e.db, r.claim.Ref, CodeTargetFailure)
 				})
 			}
-			e.log.Warn("fenced write failed; the claim is abandoned to expire", "error_class", errorClass(err))
+			e.log.Warn("fenced write failed; the claim is abandoned to expire", "error_class", pg.ErrorClass(err))
 			return ""
 		}
 		if e.sig.writeFailed != nil {
 			e.sig.writeFailed()
 		}
 		if !e.sleepWithinLease(r, min(time.Duration(50<<min(i, 5))*time.Millisecond, maxWriteBackoff)) {
-			e.log.Warn("fenced write failed until the lease ran out; the claim is abandoned to expire", "error_class", errorClass(err))
+			e.log.Warn("fenced write failed until the lease ran out; the claim is abandoned to expire", "error_class", pg.ErrorClass(err))
 			return ""
 		}
 	}
@@ -342,20 +342,4 @@ func backoffCap(base, maxDelay time.Duration, attempt int) time.Duration {
 		d *= 2
 	}
 	return min(d, maxDelay)
-}
-
-// errorClass maps an error to a fixed, payload-free word for logs.
-func errorClass(err error) string {
-	switch {
-	case err == nil:
-		return "none"
-	case errors.Is(err, context.Canceled):
-		return "canceled"
-	case errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
-	case isTransientDB(err):
-		return "database_unavailable"
-	default:
-		return "database_error"
-	}
 }

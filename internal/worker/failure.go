@@ -50,6 +50,15 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
+// Is reports whether target is an *Error with the same Code, so
+// errors.Is(err, &worker.Error{Code: c}) matches any failure with code c
+// (as jetstream.APIError matches by error code). Transient and Err are not
+// compared.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t != nil && e.Code == t.Code
+}
+
 // Permanent returns a failure that fails the job at once with code.
 func Permanent(code string, err error) error { return &Error{Code: code, Err: err} }
 

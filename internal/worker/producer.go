@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/metrics"
+	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/startstop"
 	"github.com/mightyetl/mightyetl/internal/tracing"
 	"go.opentelemetry.io/otel/attribute"
@@ -136,7 +137,7 @@ func (p *producer) runOnce(ctx context.Context) {
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
-				p.log.Warn("claim failed; will retry at the next poll or wake-up", "error_class", errorClass(err))
+				p.log.Warn("claim failed; will retry at the next poll or wake-up", "error_class", pg.ErrorClass(err))
 			}
 			return
 		}

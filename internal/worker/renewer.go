@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/metrics"
+	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/startstop"
 	"github.com/mightyetl/mightyetl/internal/tracing"
 	"go.opentelemetry.io/otel/attribute"
@@ -184,7 +185,7 @@ func (rn *renewer) renewClaims(pending []*running, retry bool) {
 				return
 			}
 			if attempt == 0 {
-				rn.log.Warn("lease renewal failed; retrying within the safety margin", "error_class", errorClass(err), "claims", len(pending))
+				rn.log.Warn("lease renewal failed; retrying within the safety margin", "error_class", pg.ErrorClass(err), "claims", len(pending))
 			}
 			wait = min(time.Duration(100<<min(attempt, 5))*time.Millisecond, rn.cfg.RenewInterval/4)
 		}
