@@ -23,7 +23,6 @@ import (
 	"github.com/mightyetl/mightyetl/internal/config"
 	"github.com/mightyetl/mightyetl/internal/natstest"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
-	"github.com/mightyetl/mightyetl/internal/worker"
 )
 
 func TestMain(m *testing.M) {
@@ -56,7 +55,7 @@ type stack struct {
 	wrap atomic.Pointer[func(http.ResponseWriter, *http.Request, http.Handler)]
 
 	mu     sync.Mutex
-	worker *worker.Process
+	worker *app.WorkerProcess
 }
 
 type stackOption func(env map[string]string)
@@ -159,7 +158,7 @@ func (s *stack) startWorker() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	wp, err := worker.NewProcess(ctx, wcfg, wl.Provenance(), false, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	wp, err := app.NewWorkerProcess(ctx, wcfg, wl.Provenance(), false, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -19,7 +19,6 @@ import (
 	"github.com/mightyetl/mightyetl/internal/config"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/tracing"
-	"github.com/mightyetl/mightyetl/internal/worker"
 )
 
 // devPrincipal is the principal of the generated development credential.
@@ -155,7 +154,7 @@ func runDev(args []string) int {
 			_ = stoppers[i](stopCtx)
 		}
 	}()
-	wp, err := worker.NewProcess(startCtx, wcfg, wloader.Provenance(), true, log)
+	wp, err := app.NewWorkerProcess(startCtx, wcfg, wloader.Provenance(), true, log)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "etlctl dev: worker: %s\n", wcfg.RedactError(err))
 		return 1

@@ -14,9 +14,9 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/mightyetl/mightyetl/internal/app"
 	"github.com/mightyetl/mightyetl/internal/config"
 	"github.com/mightyetl/mightyetl/internal/tracing"
-	"github.com/mightyetl/mightyetl/internal/worker"
 )
 
 func main() {
@@ -52,7 +52,7 @@ func run() int {
 		log.Info("tracing on", "protocol", tcfg.Protocol)
 	}
 
-	p, err := worker.NewProcess(ctx, cfg, loader.Provenance(), true, log)
+	p, err := app.NewWorkerProcess(ctx, cfg, loader.Provenance(), true, log)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "worker: %s\n", cfg.RedactError(err))
 		return 1

@@ -34,7 +34,6 @@ import (
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 	"github.com/mightyetl/mightyetl/internal/testwait"
-	"github.com/mightyetl/mightyetl/internal/worker"
 )
 
 // chromiumPath finds Debian's chromium (MIGHTYETL_CHROMIUM overrides) or
@@ -59,7 +58,7 @@ type stack struct {
 	t      *testing.T
 	base   string
 	pass   map[string]string
-	worker *worker.Process
+	worker *app.WorkerProcess
 	// pool is the stack's database, for fixtures and checks.
 	pool *pgxpool.Pool
 	// hashKey is MIGHTYETL_PRINCIPAL_HASH_KEY.
@@ -132,7 +131,7 @@ func startStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wp, err := worker.NewProcess(ctx, wcfg, wl.Provenance(), false, log)
+	wp, err := app.NewWorkerProcess(ctx, wcfg, wl.Provenance(), false, log)
 	if err != nil {
 		t.Fatal(err)
 	}

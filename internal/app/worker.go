@@ -1,4 +1,4 @@
-package worker
+package app
 
 import (
 	"context"
@@ -17,15 +17,16 @@ import (
 	"github.com/mightyetl/mightyetl/internal/health"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
-// Process is a whole worker process: its two pools, the Worker, and the
-// metrics/health server. cmd/worker and `etlctl dev` both run one.
-type Process struct {
-	Worker   *Worker
+// WorkerProcess is a whole worker process: its two pools, the Worker, and
+// the metrics/health server. cmd/worker and `etlctl dev` both run one.
+type WorkerProcess struct {
+	Worker   *worker.Worker
 	Registry *prometheus.Registry
 	exec     *pgxpool.Pool
 	renew    *pgxpool.Pool
@@ -40,12 +41,12 @@ type Process struct {
 // binary expects; run `etlctl migrate up`.
 var ErrSchemaBehind = errors.New("database schema is not at the expected version; run `etlctl migrate up`")
 
-// NewProcess connects the pools, checks the schema version and builds the
+// NewWorkerProcess connects the pools, checks the schema version and builds the
 // worker. serveMetrics false skips the HTTP listener (the dev process serves
 // one registry for everything). provenance is logged once and exported as
 // mightyetl_worker_config_info.
-func NewProcess(ctx context.Context, cfg config.Worker, provenance []config.Setting, serveMetrics bool, log *slog.Logger) (*Process, error) {
-	stmtTimeout := StatementTimeout(cfg.RenewInterval)
+func NewWorkerProcess(ctx context.Context, cfg config.Worker, provenance []config.Setting, serveMetrics bool, log *slog.Logger) (*WorkerProcess, error) {
+	stmtTimeout := worker.StatementTimeout(cfg.RenewInterval)
 	exec, renew, err := OpenPools(ctx, cfg.DatabaseURL, cfg.Concurrency, stmtTimeout, cfg.RenewInterval)
 	if err != nil {
 		return nil, err
@@ -72,13 +73,13 @@ func NewProcess(ctx context.Context, cfg config.Worker, provenance []config.Sett
 	}
 	log.Info("worker configuration", attrs...)
 
-	w := New(Config{
+	w := worker.New(worker.Config{
 		OwnerID: cfg.WorkerID, Concurrency: cfg.Concurrency, PollInterval: cfg.PollInterval,
 		LeaseDuration: cfg.LeaseDuration, RenewInterval: cfg.RenewInterval, SafetyMargin: cfg.SafetyMargin,
 		RetryBaseDelay: cfg.RetryBaseDelay, RetryMaxDelay: cfg.RetryMaxDelay, ShutdownGrace: cfg.ShutdownGrace,
 		StatementTimeout: stmtTimeout, MaxJobDuration: cfg.MaxJobDuration,
-	}, exec, renew, DefaultHandlers(cfg.MaxBatchRecords), m, log)
-	p := &Process{Worker: w, Registry: reg, exec: exec, renew: renew, log: log, cfg: cfg}
+	}, exec, renew, worker.DefaultHandlers(cfg.MaxBatchRecords), m, log)
+	p := &WorkerProcess{Worker: w, Registry: reg, exec: exec, renew: renew, log: log, cfg: cfg}
 	if serveMetrics {
 		mux := http.NewServeMux()
 		health.Register(mux, exec, reg)
@@ -97,7 +98,7 @@ func NewProcess(ctx context.Context, cfg config.Worker, provenance []config.Sett
 // when NATS_URL is set. The connection retries forever in the background, so
 // a NATS outage at start or later only slows the worker to its poll and
 // renewal intervals; it never stops it.
-func (p *Process) connectNATS(ctx context.Context) error {
+func (p *WorkerProcess) connectNATS(ctx context.Context) error {
 	if !p.cfg.NATS.Enabled() {
 		p.log.Info("NATS_URL not set; claiming by polling only")
 		return nil
@@ -153,7 +154,7 @@ func OpenPools(ctx context.Context, databaseURL string, concurrency int, stmtTim
 
 // Start connects NATS (when configured) and starts the worker and the
 // metrics server.
-func (p *Process) Start(ctx context.Context) error {
+func (p *WorkerProcess) Start(ctx context.Context) error {
 	if err := p.connectNATS(ctx); err != nil {
 		return err
 	}
@@ -168,15 +169,15 @@ func (p *Process) Start(ctx context.Context) error {
 }
 
 // MetricsAddr is the metrics listener's address, or "" when not serving.
-func (p *Process) MetricsAddr() string {
+func (p *WorkerProcess) MetricsAddr() string {
 	if p.listener == nil {
 		return ""
 	}
 	return p.listener.Addr().String()
 }
 
-// Stop drains the worker (see Worker.Stop), then closes the server and pools.
-func (p *Process) Stop(ctx context.Context) error {
+// Stop drains the worker (see worker.Worker.Stop), then closes the server and pools.
+func (p *WorkerProcess) Stop(ctx context.Context) error {
 	err := p.Worker.Stop(ctx)
 	if p.nc != nil {
 		p.nc.Close()
