@@ -9,7 +9,6 @@ import (
 
 	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/etl"
-	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/pg"
 )
@@ -78,12 +77,12 @@ func DiagnosticHandler(maxRecords int) Handler {
 			return Output{}, err
 		}
 		// The same parser the intake validated the payload with.
-		spec, err := intake.ParseDiagnostic([]byte(c.Payload), maxRecords)
+		spec, err := etl.ParseDiagnostic([]byte(c.Payload), maxRecords)
 		if err != nil {
 			code := etl.CodeInvalidRecord
-			var ie *intake.Error
-			if errors.As(err, &ie) {
-				code = ie.Code
+			var ee *etl.Error
+			if errors.As(err, &ee) {
+				code = ee.Code
 			}
 			return Output{}, Permanent(code, err)
 		}
@@ -97,9 +96,9 @@ func DiagnosticHandler(maxRecords int) Handler {
 			}
 		}
 		switch spec.FailWith {
-		case intake.FailWithTransient:
+		case etl.FailWithTransient:
 			return Output{}, Transient(errors.New("diagnostic transient failure"))
-		case intake.FailWithPermanent:
+		case etl.FailWithPermanent:
 			return Output{}, Permanent(CodeDiagnosticFailure, errors.New("diagnostic permanent failure"))
 		}
 		return transform(c, spec.Records, maxRecords)
