@@ -18,6 +18,7 @@ import (
 // one round by count (max 3) leave in two transactions (2 + 1), and all
 // three jobs commit.
 func TestGroupCommitBoundedByBytes(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m := metrics.NewIntake(reg)
 	s, db := newService(t, func(o *Options) {

@@ -58,6 +58,7 @@ func (d *pausedDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows
 // submission makes a new one; C stays a genuine replay. Every key ends with
 // exactly one job, each with its one job_available event.
 func TestFlushRetryAfterVanishedConflictKeepsCreated(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t, pgtest.Options{MaxConns: 16})
 	ctx := context.Background()
 	setup, err := New(Options{DB: pool, PrincipalHashKey: testKey})
@@ -155,6 +156,7 @@ func TestFlushRetryAfterVanishedConflictKeepsCreated(t *testing.T) {
 // it just created (the retry would come back as a replay). Before the fix
 // each call picked at random between the two.
 func TestSubmitReportsSettledOutcomeOverCancel(t *testing.T) {
+	t.Parallel()
 	s, db := newService(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -193,6 +195,7 @@ func TestVanishedConflictIsRetryable(t *testing.T) {
 // -race this failed: Submit read the round's group size for its trace span
 // while the flush wrote it). The round still commits both jobs.
 func TestCallerLeavingMidFlushReadsNothingOfTheRound(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	db := &pausedDB{Pool: pool}
 	s, err := New(Options{DB: db, PrincipalHashKey: testKey, GroupCommitWindow: time.Hour, GroupCommitMaxBatch: 2})

@@ -11,6 +11,7 @@ import (
 // on the NATS path too, and writes nothing: it never hashes a principal
 // under an empty key.
 func TestEmptyHashKeyTakesNoJobs(t *testing.T) {
+	t.Parallel()
 	s, db := newService(t, func(o *Options) { o.PrincipalHashKey = nil })
 	ctx := context.Background()
 	_, code, err := NATSRequests{Service: s}.HandleRequest(ctx, "alice", "nats-key-0000000001", []byte(body))

@@ -45,6 +45,7 @@ func newService(t *testing.T, mod func(*Options)) (*Service, DB) {
 // that share one group-commit transaction get exactly one new job per key,
 // and every caller sees the right outcome.
 func TestGroupCommitDedupesWithinBatch(t *testing.T) {
+	t.Parallel()
 	const n = 40
 	s, db := newService(t, func(o *Options) {
 		o.GroupCommitWindow = time.Hour // only a full batch flushes
@@ -109,6 +110,7 @@ func TestGroupCommitDedupesWithinBatch(t *testing.T) {
 }
 
 func TestSubmitConcurrentIdentical(t *testing.T) {
+	t.Parallel()
 	s, _ := newService(t, nil)
 	const n = 50
 	var wg sync.WaitGroup
@@ -141,6 +143,7 @@ func TestSubmitConcurrentIdentical(t *testing.T) {
 }
 
 func TestSubmitRejectsBeforeWriting(t *testing.T) {
+	t.Parallel()
 	s, db := newService(t, func(o *Options) { o.MaxBatchRecords = 2 })
 	ctx := context.Background()
 	for _, tc := range []struct {

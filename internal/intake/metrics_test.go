@@ -12,6 +12,7 @@ import (
 // Rejected submissions are counted by their stable problem code (the
 // dashboard's "rejections by code" panel), accepted ones are not.
 func TestRejectionsAreCountedByCode(t *testing.T) {
+	t.Parallel()
 	m := metrics.NewIntake(prometheus.NewRegistry())
 	s, _ := newService(t, func(o *Options) { o.Metrics = m })
 	ctx := context.Background()

@@ -56,6 +56,7 @@ func TestETagCanonicalString(t *testing.T) {
 }
 
 func TestReplayValidatesBeforeTheDatabase(t *testing.T) {
+	t.Parallel()
 	s, _ := newService(t, nil)
 	ctx := context.Background()
 	if _, err := s.Replay(ctx, ReplayRequest{Principal: " ", IdempotencyKey: "replay-key-00000001", JobID: uuid.New()}); !errors.Is(err, ErrPrincipalRequired) {

@@ -15,6 +15,7 @@ import (
 // Neither the worker holding the lease when the job was cancelled, nor an
 // expired or superseded one, can overwrite CANCELLED with any fenced write.
 func TestNoLeaseCanOverwriteCancelled(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	ids := pgtest.InsertN(t, pool, 1, pg.NewJob{MaxAttempts: 3})

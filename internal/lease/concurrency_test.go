@@ -133,6 +133,7 @@ func concAssertLeasesMatch(t *testing.T, pool *pgxpool.Pool, claims map[uuid.UUI
 }
 
 func TestTwoReplicasCannotBothObtainALiveClaim(t *testing.T) {
+	t.Parallel()
 	const (
 		jobs     = 200
 		claimers = 8
@@ -248,6 +249,7 @@ func concCount(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 // An expired lease has lost its authority by itself: with no other worker
 // involved, no fenced write of its holder matches.
 func TestExpiredLeaseCannotWriteEvenUnclaimed(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	pgtest.InsertN(t, pool, 5, diagnosticJob(3))
@@ -345,6 +347,7 @@ func TestExpiredLeaseCannotWriteEvenUnclaimed(t *testing.T) {
 
 // Lease expiry is the database clock plus the duration.
 func TestLeaseTimeComesFromDatabaseClock(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	pgtest.InsertN(t, pool, 2, diagnosticJob(3))

@@ -33,6 +33,7 @@ func status(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) string {
 }
 
 func TestClaimTakesOldestFirstWithFreshLeases(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ids := pgtest.InsertN(t, pool, 5, pg.NewJob{MaxAttempts: 3})
 	res := claim(t, pool, "worker-aaaa", 3, time.Minute)
@@ -64,6 +65,7 @@ func TestClaimTakesOldestFirstWithFreshLeases(t *testing.T) {
 }
 
 func TestExpiredLeaseIsReclaimedWithGreaterTokenAndOldTokenIsFenced(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ids := pgtest.InsertN(t, pool, 1, pg.NewJob{MaxAttempts: 3})
 	old := claim(t, pool, "worker-old1", 1, time.Minute).Claimed[0]
@@ -123,6 +125,7 @@ func TestExpiredLeaseIsReclaimedWithGreaterTokenAndOldTokenIsFenced(t *testing.T
 }
 
 func TestExhaustedAtClaimTime(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ids := pgtest.InsertN(t, pool, 1, pg.NewJob{MaxAttempts: 1})
 	claim(t, pool, "worker-aaaa", 1, time.Minute)
@@ -146,6 +149,7 @@ func TestExhaustedAtClaimTime(t *testing.T) {
 }
 
 func TestRetryBackoffUsesDatabaseClock(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ids := pgtest.InsertN(t, pool, 1, pg.NewJob{MaxAttempts: 3})
 	c := claim(t, pool, "worker-aaaa", 1, time.Minute).Claimed[0]
@@ -164,6 +168,7 @@ func TestRetryBackoffUsesDatabaseClock(t *testing.T) {
 }
 
 func TestReleaseDoesNotChargeAttempt(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	pgtest.InsertN(t, pool, 1, pg.NewJob{MaxAttempts: 2})
 	c := claim(t, pool, "worker-aaaa", 1, time.Minute).Claimed[0]
@@ -177,6 +182,7 @@ func TestReleaseDoesNotChargeAttempt(t *testing.T) {
 }
 
 func TestRenewExtendsOnlyLiveExactLeases(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	pgtest.InsertN(t, pool, 3, pg.NewJob{MaxAttempts: 3})
 	cs := claim(t, pool, "worker-aaaa", 3, 2*time.Second).Claimed
@@ -213,6 +219,7 @@ func TestRenewExtendsOnlyLiveExactLeases(t *testing.T) {
 }
 
 func TestSucceedManyDecidesEachJobByItsOwnLease(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ids := pgtest.InsertN(t, pool, 3, pg.NewJob{MaxAttempts: 3})
 	cs := claim(t, pool, "worker-aaaa", 3, time.Minute).Claimed
@@ -241,6 +248,7 @@ func TestSucceedManyDecidesEachJobByItsOwnLease(t *testing.T) {
 // claim is refused before any statement runs, and a forged ref naming the
 // victim's owner still needs the victim's private claim id.
 func TestRenewAndSucceedRefuseAnotherOwnersClaim(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	pgtest.InsertN(t, pool, 2, pg.NewJob{MaxAttempts: 3})
 	ctx := context.Background()

@@ -31,6 +31,7 @@ func queueRow(t *testing.T, db pg.DBTX, id uuid.UUID) (claimableAt time.Time, ok
 // available_at, a RUNNING job's no earlier than its lease expiry (renewal
 // included), and a terminal job has none. Walks every transition.
 func TestEveryTransitionKeepsTheClaimQueueInStep(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	ids := pgtest.InsertN(t, pool, 5, pg.NewJob{MaxAttempts: 3})
@@ -122,6 +123,7 @@ func TestEveryTransitionKeepsTheClaimQueueInStep(t *testing.T) {
 // bug) does not let a claim take the job, because the claim re-checks the
 // job row under its lock.
 func TestClaimRechecksTheJobRowNotTheQueueHint(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	ids := pgtest.InsertN(t, pool, 1, pg.NewJob{MaxAttempts: 3})
@@ -156,6 +158,7 @@ func TestClaimRechecksTheJobRowNotTheQueueHint(t *testing.T) {
 // statement changes an indexed column. The production HOT ratio under load
 // is measured by the bench (docs/performance.md).
 func TestClaimRenewAndFinishOfJobRowsAreHOT(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	const n = 200
@@ -232,6 +235,7 @@ func TestClaimRenewAndFinishOfJobRowsAreHOT(t *testing.T) {
 // migration 00005), a queue row without a job is skipped by the claim and
 // removed by pg.PruneOrphanQueueRows, and neither disturbs a claimable job.
 func TestQueueRowsFollowDeletedJobsAndOrphansAreSkippedAndPruned(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	ids := pgtest.InsertN(t, pool, 3, pg.NewJob{MaxAttempts: 3})
@@ -264,6 +268,7 @@ func TestQueueRowsFollowDeletedJobsAndOrphansAreSkippedAndPruned(t *testing.T) {
 // current claim renews and only it wins the finish; results are keyed by
 // claim, not by job (issue 12, defect 6).
 func TestRenewAndSucceedTellTwoClaimsOfOneJobApart(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	id := pgtest.InsertN(t, pool, 1, pg.NewJob{MaxAttempts: 3})[0]

@@ -16,6 +16,7 @@ import (
 // others are renewed, and once the holder commits a terminal state the
 // lease is reported lost, not busy.
 func TestRenewSkipsLockedRowsAndReportsThemBusy(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	pgtest.InsertN(t, pool, 2, pg.NewJob{MaxAttempts: 3})

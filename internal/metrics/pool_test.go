@@ -18,6 +18,7 @@ import (
 // the database clock (0 with none): the dashboard's pool saturation and
 // oldest pending age panels read them.
 func TestPoolAndOldestPendingCollectors(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	reg := prometheus.NewRegistry()
 	metrics.RegisterPools(reg, map[string]*pgxpool.Pool{"requests": pool, "absent": nil})

@@ -294,6 +294,7 @@ func assertRowOutcome(t *testing.T, err error, c rowCase) {
 }
 
 func TestJobRecordLifecycleConstraints(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 
@@ -333,6 +334,7 @@ func TestJobRecordLifecycleConstraints(t *testing.T) {
 }
 
 func TestJobRecordUniqueness(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	first := baseJobRow("PENDING")
@@ -357,6 +359,7 @@ func TestJobRecordUniqueness(t *testing.T) {
 }
 
 func TestOutboxEventConstraints(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	job := uuid.New()
@@ -410,6 +413,7 @@ func TestOutboxEventConstraints(t *testing.T) {
 }
 
 func TestIdempotencyRecordConstraints(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	first := sqlRow{"principal_scope_hash": hex64("owner"), "idempotency_key_hash": hex64("key-1"),

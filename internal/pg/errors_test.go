@@ -200,6 +200,7 @@ func TestIsUniqueViolation(t *testing.T) {
 
 // Real errors from a real server classify like the synthetic ones.
 func TestErrorClassificationOfRealErrors(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
 	ctx := context.Background()
 

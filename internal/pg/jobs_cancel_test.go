@@ -14,6 +14,7 @@ import (
 func repeatHex(c string) string { return strings.Repeat(c, 64) }
 
 func TestCancelJob(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	ids := pgtest.InsertN(t, pool, 1, pg.NewJob{PrincipalScopeHash: repeatHex("a")})
@@ -37,6 +38,7 @@ func TestCancelJob(t *testing.T) {
 }
 
 func TestListJobs(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	pgtest.InsertN(t, pool, 7, pg.NewJob{PrincipalScopeHash: repeatHex("a")})
@@ -71,6 +73,7 @@ func TestListJobs(t *testing.T) {
 }
 
 func TestClaimLedgerEntry(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	e := pg.LedgerEntry{PrincipalScopeHash: repeatHex("a"), IdempotencyKeyHash: repeatHex("b"), RequestDigest: repeatHex("c"), ResponseText: "Processed: x"}

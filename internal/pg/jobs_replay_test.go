@@ -55,6 +55,7 @@ func jobCount(t *testing.T, pool *pgxpool.Pool) int {
 }
 
 func TestReplayJobOutcomes(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	alice, bob := repeatHex("a"), repeatHex("b")
@@ -163,6 +164,7 @@ VALUES ($1, 'etl_records', $3, $5, $7, NULL, 'FAILED', 'etl_target_failure', 3, 
 }
 
 func TestReplayGenerationLimit(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	scope := repeatHex("a")
 	const payload = `[{"id":"g"}]`
@@ -184,6 +186,7 @@ func TestReplayGenerationLimit(t *testing.T) {
 // Replays of different sources racing with one key: exactly one wins the
 // unique key, every other one is ErrReplayKeyReused.
 func TestReplayKeyRaceAcrossSources(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t, pgtest.Options{MaxConns: 24})
 	scope := repeatHex("a")
 	const n = 12
@@ -232,6 +235,7 @@ func pgCode(err error) string {
 // The guard: lineage is immutable, a referenced source's evidence is
 // frozen, everything else stays writable.
 func TestReplayLineageGuard(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	scope := repeatHex("a")
@@ -315,6 +319,7 @@ func TestReplayLineageGuard(t *testing.T) {
 // Migration 00003 refuses to roll back while lineage exists; without it,
 // down and up work.
 func TestMigration00003DownWithLineage(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	scope := repeatHex("a")
@@ -351,6 +356,7 @@ func TestMigration00003DownWithLineage(t *testing.T) {
 // An UPDATE of a source that waits on a replay's source lock is judged by
 // the guard after the replay commits, so it sees the new reference.
 func TestReplayGuardSeesConcurrentReplay(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	scope := repeatHex("a")

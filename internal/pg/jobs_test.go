@@ -14,6 +14,7 @@ import (
 // passes the same JobIDs and gets its own jobs back as created; a job under
 // the same key with another id is somebody else's. Nothing is inserted twice.
 func TestInsertJobsRetryWithSameIDs(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	job := pg.NewJob{JobID: uuid.Must(uuid.NewV7()), Kind: pg.KindETLRecords, PrincipalScopeHash: repeatHex("a"),

@@ -107,6 +107,7 @@ func explain(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) (nodes [
 // reads at most its bound of job rows (scan limit, active cap), whatever
 // the table size. The row counts are exact, so the test is deterministic.
 func TestOpsQueriesAreBoundedOnALargeTable(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	const n = 200000
 	seedOpsJobs(t, pool, n)

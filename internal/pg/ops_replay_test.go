@@ -24,6 +24,7 @@ func operatorReplay(pool *pgxpool.Pool, source uuid.UUID, operator, key, payload
 // job_available outbox row carrying the operator's hash; the same key and
 // body return that job; every refusal writes nothing.
 func TestOperatorReplayJobOutcomes(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	owner, operator := repeatHex("a"), repeatHex("e")
@@ -111,6 +112,7 @@ func TestOperatorReplayJobOutcomes(t *testing.T) {
 }
 
 func TestOperatorReplayGenerationLimit(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	owner, operator := repeatHex("a"), repeatHex("e")
 	const payload = `[{"id":"g"}]`
@@ -132,6 +134,7 @@ func TestOperatorReplayGenerationLimit(t *testing.T) {
 // Concurrent operator replays of one source with one key converge on one
 // job (the source lock serialises them): exactly one creates it.
 func TestOperatorReplayConcurrentSameKey(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	const payload = `[{"id":"race"}]`
 	source := failedJob(t, pool, repeatHex("a"), payload)

@@ -12,6 +12,7 @@ import (
 // exactly the rows of its class (the relay's batch predicates); down drops
 // both and keeps the rows.
 func TestMigration00008OutboxPendingIndexesAndDown(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t, pgtest.Options{Empty: true})
 	ctx := context.Background()
 	if err := pg.MigrateTo(ctx, pool, 8); err != nil {

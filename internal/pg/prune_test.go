@@ -28,6 +28,7 @@ func exists(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) bool {
 }
 
 func TestPruneTerminalJobs(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	scope := repeatHex("a")
@@ -125,6 +126,7 @@ func TestPruneTerminalJobs(t *testing.T) {
 }
 
 func TestPruneLedger(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	for i := range 5 {
@@ -150,6 +152,7 @@ func TestPruneLedger(t *testing.T) {
 }
 
 func TestPruneOutbox(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, `INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, attempt_count)
