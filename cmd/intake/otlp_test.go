@@ -109,6 +109,7 @@ func (r *otlpReceiver) has(service, name, traceID string, link bool) bool {
 // trace and a worker execution span linked to it; a job submitted as a NATS
 // request with a traceparent header does the same.
 func TestOTLPTraceFromHTTPAndNATSSubmitToWorker(t *testing.T) {
+	t.Parallel()
 	_, dbURL := pgtest.NewDatabase(t)
 	natsURL, prefix := natstest.URL(t), natstest.Prefix(t)
 	recv := &otlpReceiver{}

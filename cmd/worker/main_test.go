@@ -80,6 +80,7 @@ func statusOf(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) (status string, ow
 }
 
 func TestBinaryRunsJobsAndDrainsOnSIGTERM(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
 	jobs := make([]pg.NewJob, 20)
 	for i := range jobs {
@@ -154,6 +155,7 @@ func TestBinaryRejectsBadConfigurationWithOneLine(t *testing.T) {
 // it once the database says A's lease expired, with a greater fencing token,
 // and loads it exactly once.
 func TestSIGKILLedWorkersJobIsReclaimedAfterDatabaseExpiry(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
 	payload := `{"durationMillis":1500,"records":[{"id":"k1"},{"id":"k2"}],"failWith":null}`
 	id := pgtest.InsertJobs(t, pool, pg.NewJob{Kind: pg.KindDiagnostic, Payload: payload})[0]

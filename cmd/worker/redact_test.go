@@ -224,6 +224,7 @@ func randomHex(t *testing.T) string {
 // MIGHTYETL_LEASE_DURATION=10s alone starts a worker whose configuration line
 // shows the derived renewal interval and safety margin.
 func TestLeaseDurationAloneStarts(t *testing.T) {
+	t.Parallel()
 	_, dbURL := pgtest.NewDatabase(t)
 	out, code := runWorkerUntil(t, []string{"DATABASE_URL=" + dbURL, "MIGHTYETL_METRICS_ADDR=127.0.0.1:0",
 		"MIGHTYETL_LEASE_DURATION=10s"}, `"msg":"worker configuration"`)

@@ -22,6 +22,7 @@ func withAuth(a auth.Authenticator) envOption {
 }
 
 func TestDenyMode(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withAuth(auth.NewDeny()))
 	for _, r := range []req{
 		{Method: "POST", Path: "/api/etl/jobs", Key: "key-deny-00000000001", Body: sampleBody},
@@ -47,6 +48,7 @@ func TestDenyMode(t *testing.T) {
 }
 
 func TestBasicMode(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	line, err := auth.CredentialLine("alice", []byte("correct horse"))
 	if err != nil {
@@ -134,6 +136,7 @@ func (f jwtFixture) sign(t *testing.T, key ed25519.PrivateKey, claims jwt.MapCla
 }
 
 func TestJWTMode(t *testing.T) {
+	t.Parallel()
 	f := newJWTFixture(t, auth.JWTOptions{Leeway: time.Second})
 	_, otherPriv, _ := ed25519.GenerateKey(rand.Reader)
 	e := newEnv(t, withAuth(f.authn))
@@ -176,6 +179,7 @@ func TestJWTMode(t *testing.T) {
 // 403 etl_operator_required (the console's 403 page), and no token 401.
 // A principal named in the operator list needs no claim.
 func TestJWTOperatorClaim(t *testing.T) {
+	t.Parallel()
 	f := newJWTFixture(t, auth.JWTOptions{OperatorClaim: "roles", OperatorValue: "mightyetl-operator"})
 	e := newEnv(t, withAuth(f.authn))
 	bearer := func(claims jwt.MapClaims) map[string]string {

@@ -20,6 +20,7 @@ func (throttlingAuth) Challenge() string                            { return `Ba
 // An authenticator's refusal for load is 429 or 503 with a problem body
 // and Retry-After in whole seconds, never 401.
 func TestAuthThrottledProblems(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		err        *auth.ThrottleError
 		status     int
@@ -47,6 +48,7 @@ func TestAuthThrottledProblems(t *testing.T) {
 // With the real Basic authenticator, an address that keeps failing gets
 // 429 with Retry-After instead of another password verification.
 func TestBasicModeFailedLoginsGet429(t *testing.T) {
+	t.Parallel()
 	line, err := auth.CredentialLine("alice", []byte("correct horse"))
 	if err != nil {
 		t.Fatal(err)

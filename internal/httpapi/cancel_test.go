@@ -41,6 +41,7 @@ func checkCancelled(t *testing.T, res response, id, replayed string) intake.JobV
 
 // TestCancellationContract pins every row of the cancellation section.
 func TestCancellationContract(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	pending, _ := e.submit("alice", "key-cancel-000000001", sampleBody)
@@ -120,6 +121,7 @@ func TestCancellationContract(t *testing.T) {
 // holder's renewal matches nothing and its fenced success rolls back with
 // its target and ledger rows.
 func TestCancelRunning(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	s, _ := e.submit("alice", "key-running-00000001", sampleBody)
@@ -181,6 +183,7 @@ func TestCancelRunning(t *testing.T) {
 // TestCancelAfterSuccess: a success committed first wins; the cancel is 409
 // and the job stays SUCCEEDED with its rows.
 func TestCancelAfterSuccess(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	s, _ := e.submit("alice", "key-success-00000001", sampleBody)
@@ -209,6 +212,7 @@ func TestCancelAfterSuccess(t *testing.T) {
 }
 
 func TestConcurrentCancellations(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const n = 20
 	run := func(id string, key func(i int) string) []response {
@@ -284,6 +288,7 @@ func TestConcurrentCancellations(t *testing.T) {
 // searches the captured logs and the metrics exposition for anything a
 // request carried or the database stored about it.
 func TestNoSecretsInLogsOrMetrics(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const principal, key = "principal-secret-xyz", "key-secret-value-0001"
 	body := `[{"id":"payload-secret-id","name":"secret-name"}]`

@@ -19,6 +19,7 @@ import (
 )
 
 func TestSubmitAccepted(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	s, res := e.submit("alice", "key-accepted-0000001", sampleBody)
 	if s.JobStatus != "PENDING" || s.StatusURL != "/api/etl/jobs/"+s.JobRecordID {
@@ -44,6 +45,7 @@ func TestSubmitAccepted(t *testing.T) {
 }
 
 func TestIdempotency(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	first, _ := e.submit("alice", "key-idem-00000000001", sampleBody)
 
@@ -114,6 +116,7 @@ func TestIdempotency(t *testing.T) {
 }
 
 func TestOwnership(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a, _ := e.submit("alice", "key-owner-0000000001", sampleBody)
 	e.submit("alice", "key-owner-0000000002", sampleBody)
@@ -139,6 +142,7 @@ func TestOwnership(t *testing.T) {
 }
 
 func TestConditionalPolling(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	// A second, independent API instance on the same database.
 	e2 := newEnvOn(t, e.pool, e.url)
@@ -200,6 +204,7 @@ func pgFail(e *env, c lease.Claim) error {
 func intakeScope(principal string) string { return auth.ScopeHash(testHashKey, principal) }
 
 func TestPagination(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var jobs []pg.NewJob
 	for i := range 250 {
@@ -302,6 +307,7 @@ func newTestJob(t testing.TB, principal, key string) pg.NewJob {
 }
 
 func TestLimits(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t) // 64 KiB payload limit
 	t.Run("declared length refused before reading", func(t *testing.T) {
 		gate := &blockingReader{done: make(chan struct{})}

@@ -53,6 +53,7 @@ func (p *pausingBody) Read(b []byte) (int, error) {
 // Retry-After instead of being buffered too; once the first request ends,
 // its bytes are free again.
 func TestInFlightByteBudget(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(o *Options, _ *intake.Options) { o.MaxPayloadBytes = 64 << 20 })
 	h, err := NewHandler(e.opts)
 	if err != nil {
@@ -115,6 +116,7 @@ func (p panicAuth) Authenticate(r *http.Request) (string, error) {
 // etl_internal_error with no-store, logged once at error level without the
 // panic value, and counted by route; the server keeps serving.
 func TestHandlerPanicBecomesProblem(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(o *Options, _ *intake.Options) { o.Authenticator = panicAuth{} })
 	res := e.do(req{Method: "GET", Path: "/api/etl/jobs", Principal: "boom"})
 	checkProblem(t, res, "/api/etl/jobs", 500, "etl_internal_error")
@@ -140,6 +142,7 @@ func TestHandlerPanicBecomesProblem(t *testing.T) {
 // connections and /process runs at most 4 transactions (the default); 8
 // calls arrive.
 func TestProcessCannotStarveStatus(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t, pgtest.Options{MaxConns: 6})
 	e := newEnvOn(t, pool, url)
 	ctx := context.Background()

@@ -13,6 +13,7 @@ import (
 // no +json suffix); anything a cross-site form or no-cors fetch can send is
 // 415 etl_unsupported_media_type before any work, and nothing is written.
 func TestPostBodiesRequireJSON(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	failed := finishJob(t, e, "alice", "key-media-source-0001", pg.StatusFailed)
 	jobs := e.count(`SELECT count(*) FROM etl_job_records`)

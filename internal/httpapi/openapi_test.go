@@ -20,6 +20,7 @@ import (
 // against docs/openapi.yaml (OpenAPI 3.1, validated by kin-openapi), for
 // every route and a problem of every status the spec lists.
 func TestOpenAPIContract(t *testing.T) {
+	t.Parallel()
 	loader := openapi3.NewLoader()
 	doc, err := loader.LoadFromFile("../../docs/openapi.yaml")
 	if err != nil {

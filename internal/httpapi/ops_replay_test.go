@@ -14,6 +14,7 @@ import (
 // key, 404, 403 for a non-operator and 401 without credentials. The log
 // lines name the action and outcome only.
 func TestOpsReplayStatuses(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	failed := finishJob(t, e, "alice", "key-opsreplay-0000001", pg.StatusFailed)
 	succeeded := finishJob(t, e, "alice", "key-opsreplay-0000002", pg.StatusSucceeded)

@@ -70,6 +70,7 @@ func finishJob(t testing.TB, e *env, principal, key, status string) string {
 // TestProblemRows pins every problem row of the contract through the real
 // handler and a real database.
 func TestProblemRows(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(o *Options, so *intake.Options) { so.MaxBatchRecords = 3 })
 	const alice, bob = "alice", "bob"
 	keyA := "key-aaaaaaaaaaaaaaaa"
@@ -185,6 +186,7 @@ func checkProblem(t *testing.T, res response, path string, status int, code stri
 // route answers 503 etl_target_unavailable, nothing is half-written, and the
 // same key and body succeed once it is back.
 func TestTargetUnavailable(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
 	name := pool.Config().ConnConfig.Database
 	e := newEnvOn(t, pool, url)
@@ -234,6 +236,7 @@ func TestTargetUnavailable(t *testing.T) {
 // TestInternalError: an unexpected database error (no schema) is a 500 with
 // the fixed detail only.
 func TestInternalError(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t, pgtest.Options{Empty: true})
 	e := newEnvOn(t, pool, url)
 	r := req{Method: "GET", Path: "/api/etl/jobs/" + uuid.NewString(), Principal: "alice"}

@@ -9,6 +9,7 @@ import (
 )
 
 func TestProcess(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	res := e.do(req{Method: "POST", Path: "/api/etl/process", Principal: "alice", Body: sampleBody})
 	if res.Status != 200 || string(res.Body) != "Processed: a1\nProcessed: a2" ||
@@ -59,6 +60,7 @@ func TestProcess(t *testing.T) {
 }
 
 func TestDiagnosticJobs(t *testing.T) {
+	t.Parallel()
 	off := newEnv(t, func(o *Options, _ *intake.Options) { o.DiagnosticJobsEnabled = false })
 	r := req{Method: "POST", Path: "/api/etl/diagnostic-jobs", Principal: "alice", Key: "key-diag-00000000001", Body: `{}`}
 	checkProblem(t, off.do(r), r.Path, 404, "etl_route_not_found")

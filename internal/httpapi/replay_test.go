@@ -92,6 +92,7 @@ VALUES ($1, 'etl_records', $3, $5, $7, NULL, 'FAILED', 'etl_target_failure', 3, 
 // TestReplayContract pins every replay row of the contract through the real
 // handler: the success shape, the idempotent replay and every problem.
 func TestReplayContract(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(o *Options, _ *intake.Options) { o.MaxPayloadBytes = 4 << 10 })
 	ctx := context.Background()
 	const alice, bob = "alice", "bob"
@@ -237,6 +238,7 @@ func TestReplayContract(t *testing.T) {
 // TestReplayLineageThreeGenerations replays a failure three times, failing
 // each generation by SQL, and walks the chain by its root.
 func TestReplayLineageThreeGenerations(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	root, _ := e.submit("alice", "key-lineage-00000001", sampleBody)
 	failBySQL(t, e, root.JobRecordID)
@@ -286,6 +288,7 @@ func TestReplayLineageThreeGenerations(t *testing.T) {
 // TestConcurrentReplays: 20 replays of one source with one key, released
 // together, make one job: one false, nineteen true, one outbox row.
 func TestConcurrentReplays(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	src, _ := e.submit("alice", "key-concurrent-00001", sampleBody)
 	failBySQL(t, e, src.JobRecordID)
@@ -324,6 +327,7 @@ func TestConcurrentReplays(t *testing.T) {
 // TestReplayedJobRunsOnce: a replay job is claimed, transformed and loaded
 // by a real worker exactly once, and its ledger row is keyed by the replay key.
 func TestReplayedJobRunsOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	src, _ := e.submit("alice", "key-runs-once-000001", sampleBody)
