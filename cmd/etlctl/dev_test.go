@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mightyetl/mightyetl/internal/pgtest"
+	"github.com/mightyetl/mightyetl/internal/testwait"
 )
 
 func buildEtlctl(t *testing.T) string {
@@ -62,19 +63,13 @@ func TestDevRunsTheWholeSystem(t *testing.T) {
 	if err := json.Unmarshal(body, &accepted); err != nil || accepted.JobRecordID == "" {
 		t.Fatalf("body %q: %v", body, err)
 	}
-	var status string
-	for {
+	testwait.For(t, 25*time.Second-time.Since(start), "the job SUCCEEDED before the 30s poll (else the wake-up path is broken)", func() bool {
+		var status string
 		if err := pool.QueryRow(context.Background(), `SELECT job_status FROM etl_job_records WHERE job_record_id=$1`, accepted.JobRecordID).Scan(&status); err != nil {
 			t.Fatal(err)
 		}
-		if status == "SUCCEEDED" {
-			break
-		}
-		if time.Since(start) > 25*time.Second {
-			t.Fatalf("job still %s after 25s (the poll is 30s: the wake-up path is broken)", status)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return status == "SUCCEEDED"
+	})
 	var data string
 	if err := pool.QueryRow(context.Background(), `SELECT data FROM processed_data WHERE job_record_id=$1`, accepted.JobRecordID).Scan(&data); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
+	"github.com/mightyetl/mightyetl/internal/testwait"
 )
 
 // setTerminal moves a job to FAILED (with a failure code) or SUCCEEDED by
@@ -382,13 +383,9 @@ func TestReplayGuardSeesConcurrentReplay(t *testing.T) {
 		_, err := pool.Exec(ctx, `UPDATE etl_job_records SET failure_code = 'etl_internal_error' WHERE job_record_id = $1`, source)
 		done <- err
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for countRows(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the UPDATE never waited on the source lock")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.For(t, 30*time.Second, "the UPDATE waits on the source lock", func() bool {
+		return countRows(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) > 0
+	})
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
