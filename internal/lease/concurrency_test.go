@@ -210,7 +210,7 @@ func TestTwoReplicasCannotBothObtainALiveClaim(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := concCount(t, pool, `SELECT count(*) FROM etl_job_records WHERE job_status <> 'RUNNING'`); n != 0 {
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM etl_job_records WHERE job_status <> 'RUNNING'`); n != 0 {
 		t.Fatalf("%d jobs moved out of RUNNING by stale finishes", n)
 	}
 }
@@ -237,15 +237,6 @@ func concReadLease(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) concLeaseRow 
 	return r
 }
 
-func concCount(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // An expired lease has lost its authority by itself: with no other worker
 // involved, no fenced write of its holder matches.
 func TestExpiredLeaseCannotWriteEvenUnclaimed(t *testing.T) {
@@ -266,7 +257,7 @@ func TestExpiredLeaseCannotWriteEvenUnclaimed(t *testing.T) {
 	for _, c := range res.Claimed {
 		before[c.JobID] = concReadLease(t, pool, c.JobID)
 	}
-	outboxBefore := concCount(t, pool, `SELECT count(*) FROM etl_outbox_events`)
+	outboxBefore := pgtest.Count(t, pool, `SELECT count(*) FROM etl_outbox_events`)
 
 	c := res.Claimed
 	t.Run("renew", func(t *testing.T) {
@@ -326,7 +317,7 @@ func TestExpiredLeaseCannotWriteEvenUnclaimed(t *testing.T) {
 			t.Fatalf("job %s changed by a write under an expired lease: %+v -> %+v", id, b, a)
 		}
 	}
-	if n := concCount(t, pool, `SELECT count(*) FROM etl_outbox_events`); n != outboxBefore {
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM etl_outbox_events`); n != outboxBefore {
 		t.Fatalf("outbox grew from %d to %d under expired leases", outboxBefore, n)
 	}
 

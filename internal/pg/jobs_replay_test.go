@@ -46,15 +46,6 @@ func replay(pool *pgxpool.Pool, scope string, source uuid.UUID, key, payload str
 		ReplayKeyHash: pgtest.SHA("replay:" + key), RequestDigest: pgtest.SHA(payload), Payload: payload})
 }
 
-func jobCount(t *testing.T, pool *pgxpool.Pool) int {
-	t.Helper()
-	var n int
-	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM etl_job_records`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 func TestReplayJobOutcomes(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
@@ -66,7 +57,7 @@ func TestReplayJobOutcomes(t *testing.T) {
 	succeeded := pgtest.InsertJobs(t, pool, pg.NewJob{PrincipalScopeHash: alice, Payload: payload, MaxAttempts: 4})[0]
 	setTerminal(t, pool, succeeded, pg.StatusSucceeded)
 	failed := failedJob(t, pool, alice, payload)
-	before := jobCount(t, pool)
+	before := pgtest.Count(t, pool, `SELECT count(*) FROM etl_job_records`)
 
 	for name, tc := range map[string]struct {
 		scope  string
@@ -84,7 +75,7 @@ func TestReplayJobOutcomes(t *testing.T) {
 			t.Errorf("%s: %v, want %v", name, err, tc.want)
 		}
 	}
-	if n := jobCount(t, pool); n != before {
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM etl_job_records`); n != before {
 		t.Fatalf("refusals created %d jobs", n-before)
 	}
 
@@ -103,7 +94,7 @@ func TestReplayJobOutcomes(t *testing.T) {
 	if kind != pg.KindETLRecords || maxAttempts != 4 || keyHash != pgtest.SHA("replay:k1") {
 		t.Errorf("replay row: kind %s max %d key ok %v", kind, maxAttempts, keyHash == pgtest.SHA("replay:k1"))
 	}
-	if n := countRows(t, pool, `SELECT count(*) FROM etl_outbox_job_events WHERE job_record_id = $1 AND event_kind = 'job_available'`, first.Job.JobID); n != 1 {
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM etl_outbox_job_events WHERE job_record_id = $1 AND event_kind = 'job_available'`, first.Job.JobID); n != 1 {
 		t.Errorf("outbox rows %d", n)
 	}
 	// Same key, source and payload: the same job, also once the replay itself failed.
@@ -133,15 +124,6 @@ func TestReplayJobOutcomes(t *testing.T) {
 	if err != nil || got.Lineage == nil || *got.Lineage != *second.Job.Lineage {
 		t.Errorf("GetJob lineage: %+v %v", got, err)
 	}
-}
-
-func countRows(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
 }
 
 // chainEnd inserts, by SQL, a FAILED chain root -> generation 1 -> a FAILED
@@ -175,11 +157,11 @@ func TestReplayGenerationLimit(t *testing.T) {
 		t.Fatalf("generation 100: %+v %v", out, err)
 	}
 	setTerminal(t, pool, out.Job.JobID, pg.StatusFailed)
-	before := jobCount(t, pool)
+	before := pgtest.Count(t, pool, `SELECT count(*) FROM etl_job_records`)
 	if _, err := replay(pool, scope, out.Job.JobID, "k100", payload); !errors.Is(err, pg.ErrReplayGenerationExhausted) {
 		t.Fatalf("beyond 100: %v", err)
 	}
-	if jobCount(t, pool) != before {
+	if pgtest.Count(t, pool, `SELECT count(*) FROM etl_job_records`) != before {
 		t.Fatal("exhausted replay created a job")
 	}
 }
@@ -220,7 +202,7 @@ func TestReplayKeyRaceAcrossSources(t *testing.T) {
 			t.Errorf("replay %d: %v", i, err)
 		}
 	}
-	if won != 1 || countRows(t, pool, `SELECT count(*) FROM etl_job_records WHERE replay_source_job_record_id IS NOT NULL`) != 1 {
+	if won != 1 || pgtest.Count(t, pool, `SELECT count(*) FROM etl_job_records WHERE replay_source_job_record_id IS NOT NULL`) != 1 {
 		t.Fatalf("%d winners", won)
 	}
 }
@@ -384,7 +366,7 @@ func TestReplayGuardSeesConcurrentReplay(t *testing.T) {
 		done <- err
 	}()
 	testwait.For(t, 30*time.Second, "the UPDATE waits on the source lock", func() bool {
-		return countRows(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) > 0
+		return pgtest.Count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) > 0
 	})
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)

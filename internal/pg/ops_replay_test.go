@@ -48,15 +48,15 @@ func TestOperatorReplayJobOutcomes(t *testing.T) {
 		t.Errorf("replay row: owner %v key %v payload %q kind %s max %d", scope == owner, keyHash == pgtest.SHA("operator-replay:k1"),
 			stored, kind, maxAttempts)
 	}
-	if n := countRows(t, pool, `SELECT count(*) FROM etl_job_claim_queue WHERE job_record_id = $1`, id); n != 1 {
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM etl_job_claim_queue WHERE job_record_id = $1`, id); n != 1 {
 		t.Errorf("claim-queue rows %d, want 1", n)
 	}
-	if n := countRows(t, pool, `SELECT count(*) FROM etl_outbox_events WHERE event_kind = 'job_available'
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM etl_outbox_events WHERE event_kind = 'job_available'
 		AND job_status = 'PENDING' AND job_record_ids = ARRAY[$1::uuid] AND attempt_counts = ARRAY[0]
 		AND actor_principal_scope_hash = $2`, id, operator); n != 1 {
 		t.Errorf("job_available rows with the operator's hash %d, want 1", n)
 	}
-	if n := countRows(t, pool, `SELECT count(*) FROM etl_outbox_events WHERE actor_principal_scope_hash IS NOT NULL`); n != 1 {
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM etl_outbox_events WHERE actor_principal_scope_hash IS NOT NULL`); n != 1 {
 		t.Errorf("outbox rows with an actor %d, want 1", n)
 	}
 	// The owner sees the job as theirs.
@@ -78,7 +78,7 @@ func TestOperatorReplayJobOutcomes(t *testing.T) {
 	pending := pgtest.InsertJobs(t, pool, pg.NewJob{PrincipalScopeHash: owner, Payload: payload})[0]
 	succeeded := pgtest.InsertJobs(t, pool, pg.NewJob{PrincipalScopeHash: owner, Payload: payload})[0]
 	setTerminal(t, pool, succeeded, pg.StatusSucceeded)
-	before, outbox := jobCount(t, pool), countRows(t, pool, `SELECT count(*) FROM etl_outbox_events`)
+	before, outbox := pgtest.Count(t, pool, `SELECT count(*) FROM etl_job_records`), pgtest.Count(t, pool, `SELECT count(*) FROM etl_outbox_events`)
 	for name, c := range map[string]struct {
 		source       uuid.UUID
 		key, payload string
@@ -95,7 +95,7 @@ func TestOperatorReplayJobOutcomes(t *testing.T) {
 			t.Errorf("%s: %+v %v, want %v", name, out, err, c.want)
 		}
 	}
-	if jobCount(t, pool) != before || countRows(t, pool, `SELECT count(*) FROM etl_outbox_events`) != outbox {
+	if pgtest.Count(t, pool, `SELECT count(*) FROM etl_job_records`) != before || pgtest.Count(t, pool, `SELECT count(*) FROM etl_outbox_events`) != outbox {
 		t.Fatal("a refused operator replay wrote a row")
 	}
 
@@ -122,11 +122,11 @@ func TestOperatorReplayGenerationLimit(t *testing.T) {
 		t.Fatalf("generation 100: %+v %v", out, err)
 	}
 	setTerminal(t, pool, out.Job.JobID, pg.StatusFailed)
-	before := jobCount(t, pool)
+	before := pgtest.Count(t, pool, `SELECT count(*) FROM etl_job_records`)
 	if _, err := operatorReplay(pool, out.Job.JobID, operator, "k100", payload); !errors.Is(err, pg.ErrReplayGenerationExhausted) {
 		t.Fatalf("beyond 100: %v", err)
 	}
-	if jobCount(t, pool) != before {
+	if pgtest.Count(t, pool, `SELECT count(*) FROM etl_job_records`) != before {
 		t.Fatal("exhausted replay created a job")
 	}
 }

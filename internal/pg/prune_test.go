@@ -24,7 +24,7 @@ func age(t *testing.T, pool *pgxpool.Pool, id uuid.UUID, d time.Duration) {
 
 func exists(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) bool {
 	t.Helper()
-	return countRows(t, pool, `SELECT count(*) FROM etl_job_records WHERE job_record_id = $1`, id) == 1
+	return pgtest.Count(t, pool, `SELECT count(*) FROM etl_job_records WHERE job_record_id = $1`, id) == 1
 }
 
 func TestPruneTerminalJobs(t *testing.T) {
@@ -143,7 +143,7 @@ func TestPruneLedger(t *testing.T) {
 	if err != nil || n != 3 {
 		t.Fatalf("pruned %d %v", n, err)
 	}
-	if left := countRows(t, pool, `SELECT count(*) FROM etl_idempotency_records`); left != 2 {
+	if left := pgtest.Count(t, pool, `SELECT count(*) FROM etl_idempotency_records`); left != 2 {
 		t.Fatalf("left %d", left)
 	}
 	if _, err := pg.PruneLedger(ctx, pool, 0, 2); err == nil {
@@ -168,7 +168,7 @@ func TestPruneOutbox(t *testing.T) {
 	if err != nil || n != 3 {
 		t.Fatalf("pruned %d %v", n, err)
 	}
-	if left := countRows(t, pool, `SELECT count(*) FROM etl_outbox_events`); left != 2 {
+	if left := pgtest.Count(t, pool, `SELECT count(*) FROM etl_outbox_events`); left != 2 {
 		t.Fatalf("left %d", left)
 	}
 }
