@@ -426,7 +426,7 @@ func (c *Console) Cancel(ctx context.Context, op Operator, id uuid.UUID) (Cancel
 	if err != nil {
 		if !errors.Is(err, pg.ErrNotFound) {
 			c.opts.Logger.LogAttrs(ctx, slog.LevelError, "operator action", slog.String("action", "cancel"),
-				slog.String("outcome", "error"))
+				slog.String("outcome", "error"), slog.String("error_class", pg.ErrorClass(err)))
 		}
 		return CancelResult{}, err
 	}
@@ -484,7 +484,7 @@ func (c *Console) BulkCancel(ctx context.Context, op Operator, f Filter, confirm
 			OperatorScopeHash: op.ScopeHash, CancellationKeyHash: operatorCancellationKeyHash(op, id)})
 		if err != nil && !errors.Is(err, pg.ErrNotFound) {
 			c.opts.Logger.LogAttrs(ctx, slog.LevelError, "operator action", slog.String("action", "bulk_cancel"),
-				slog.String("outcome", "error"), slog.Int("cancelled", n))
+				slog.String("outcome", "error"), slog.String("error_class", pg.ErrorClass(err)), slog.Int("cancelled", n))
 			return n, fmt.Errorf("bulk cancel: %w", err)
 		}
 		if out.Cancelled {

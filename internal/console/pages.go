@@ -154,8 +154,9 @@ func (h *pageHandler) error(w http.ResponseWriter, r *http.Request, status int, 
 	h.render(w, r, status, "error", title, struct{ Status, Message string }{strconv.Itoa(status) + " " + title, msg})
 }
 
-func (h *pageHandler) dbError(w http.ResponseWriter, r *http.Request) {
-	h.c.opts.Logger.LogAttrs(r.Context(), slog.LevelError, "console read", slog.String("route", r.Pattern))
+func (h *pageHandler) dbError(w http.ResponseWriter, r *http.Request, err error) {
+	h.c.opts.Logger.LogAttrs(r.Context(), slog.LevelError, "console read", slog.String("route", r.Pattern),
+		slog.String("error_class", pg.ErrorClass(err)))
 	h.error(w, r, http.StatusServiceUnavailable, "Unavailable", "The database did not answer; reload to retry.")
 }
 
@@ -181,7 +182,7 @@ func redirectToJob(w http.ResponseWriter, r *http.Request, id uuid.UUID, notice 
 func (h *pageHandler) overview(w http.ResponseWriter, r *http.Request) {
 	o, err := h.c.Overview(r.Context())
 	if err != nil {
-		h.dbError(w, r)
+		h.dbError(w, r, err)
 		return
 	}
 	h.render(w, r, http.StatusOK, "overview", "Overview", struct {
@@ -218,7 +219,7 @@ func (h *pageHandler) jobs(w http.ResponseWriter, r *http.Request) {
 	}
 	page, err := h.c.Jobs(r.Context(), f)
 	if err != nil {
-		h.dbError(w, r)
+		h.dbError(w, r, err)
 		return
 	}
 	v := jobsView{Filter: f, Page: page, Cap: h.c.opts.BulkCancelCap,
@@ -246,7 +247,7 @@ func (h *pageHandler) job(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		h.dbError(w, r)
+		h.dbError(w, r, err)
 		return
 	}
 	h.render(w, r, http.StatusOK, "job", "Job "+id.String(), jobView{OpsDetail: d, ReplayEnabled: h.c.ReplayEnabled(),
@@ -265,7 +266,7 @@ type jobView struct {
 func (h *pageHandler) workers(w http.ResponseWriter, r *http.Request) {
 	f, err := h.c.Fleet(r.Context())
 	if err != nil {
-		h.dbError(w, r)
+		h.dbError(w, r, err)
 		return
 	}
 	h.render(w, r, http.StatusOK, "workers", "Workers", f)
@@ -322,7 +323,7 @@ func (h *pageHandler) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		h.dbError(w, r)
+		h.dbError(w, r, err)
 		return
 	}
 	notice := "Cancelled (was " + res.PreviousStatus + ")."
@@ -366,7 +367,7 @@ func (h *pageHandler) replay(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		status, msg := replayRefusal(err)
 		if status == 0 {
-			h.dbError(w, r)
+			h.dbError(w, r, err)
 			return
 		}
 		h.error(w, r, status, http.StatusText(status), msg)
@@ -422,7 +423,7 @@ func (h *pageHandler) bulkConfirm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		h.dbError(w, r)
+		h.dbError(w, r, err)
 		return
 	}
 	h.render(w, r, http.StatusOK, "confirm", "Confirm bulk cancel", confirmView{Filter: f, Query: f.Query(false).Encode(),
@@ -452,7 +453,7 @@ func (h *pageHandler) bulkCancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		h.dbError(w, r)
+		h.dbError(w, r, err)
 		return
 	}
 	http.Redirect(w, r, "/console/jobs?"+f.Query(false).Encode()+"&notice="+url.QueryEscape(fmt.Sprintf("Cancelled %d jobs.", n)), http.StatusSeeOther)
