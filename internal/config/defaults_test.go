@@ -24,6 +24,7 @@ func TestIntakeDefaultsAreTheLibraryDefaults(t *testing.T) {
 	consumer := events.RequestConsumerOptions{}.WithDefaults()
 	limits := events.RequestsLimits{}.WithDefaults()
 	relay := outbox.Options{}.WithDefaults()
+	cons := console.Options{}.WithDefaults()
 	for _, d := range []struct {
 		name            string
 		config, library any
@@ -34,7 +35,8 @@ func TestIntakeDefaultsAreTheLibraryDefaults(t *testing.T) {
 		{"MIGHTYETL_WORKER_POLL_INTERVAL", c.WorkerPollInterval, api.PollInterval},
 		{"MIGHTYETL_MAX_BATCH_RECORDS", c.MaxBatchRecords, svc.MaxBatchRecords},
 		{"MIGHTYETL_MAX_ATTEMPTS", c.MaxAttempts, svc.MaxAttempts},
-		{"MIGHTYETL_CONSOLE_BULK_CANCEL_CAP", c.ConsoleBulkCancelCap, console.DefaultBulkCancelCap},
+		{"MIGHTYETL_MAX_PAYLOAD_BYTES (console replay)", int64(c.MaxPayloadBytes), cons.MaxPayloadBytes},
+		{"MIGHTYETL_CONSOLE_BULK_CANCEL_CAP", c.ConsoleBulkCancelCap, cons.BulkCancelCap},
 		{"MIGHTYETL_NATS_REQUEST_CONCURRENCY", c.NATS.RequestConcurrency, consumer.Concurrency},
 		{"MIGHTYETL_NATS_REQUEST_MAX_DELIVERIES", c.NATS.RequestMaxDeliveries, consumer.MaxDeliveries},
 		{"MIGHTYETL_NATS_REQUESTS_MAX_BYTES", int64(c.NATS.RequestsMaxBytes), limits.MaxBytes},

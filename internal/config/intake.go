@@ -13,8 +13,8 @@ import (
 
 // Payload limits (MIGHTYETL_MAX_PAYLOAD_BYTES): default 1 MiB, ceiling 64 MiB.
 const (
-	DefaultMaxPayloadBytes = 1 << 20
-	MaxPayloadBytesCeiling = 64 << 20
+	DefaultMaxPayloadBytes = intake.DefaultMaxPayloadBytes
+	MaxPayloadBytesCeiling = intake.MaxPayloadBytesCeiling
 	// DefaultMaxInFlightBytes and MaxInFlightBytesCeiling bound
 	// MIGHTYETL_INTAKE_MAX_INFLIGHT_BYTES (64 MiB, 1 GiB).
 	DefaultMaxInFlightBytes = 64 << 20

@@ -33,8 +33,17 @@ import (
 // DB is what the console reads and writes through (a pgxpool.Pool).
 type DB = pg.DBTX
 
-// DefaultBulkCancelCap is the most jobs one bulk cancellation cancels.
-const DefaultBulkCancelCap = 100
+// Defaults of Options.
+const (
+	// DefaultBulkCancelCap is the most jobs one bulk cancellation cancels
+	// (MIGHTYETL_CONSOLE_BULK_CANCEL_CAP).
+	DefaultBulkCancelCap = 100
+	// DefaultSampleEvery is the spacing of the rate samples.
+	DefaultSampleEvery = 30 * time.Second
+	// DefaultMaxPayloadBytes bounds a replay's body
+	// (MIGHTYETL_MAX_PAYLOAD_BYTES).
+	DefaultMaxPayloadBytes = intake.DefaultMaxPayloadBytes
+)
 
 // Options configure a Console. Zero values take the defaults noted.
 type Options struct {
@@ -42,7 +51,8 @@ type Options struct {
 	DB DB
 	// HashKey is MIGHTYETL_PRINCIPAL_HASH_KEY; it keys the CSRF tokens.
 	HashKey []byte
-	// BulkCancelCap bounds one bulk cancellation; zero means 100.
+	// BulkCancelCap bounds one bulk cancellation; zero means
+	// DefaultBulkCancelCap.
 	BulkCancelCap int
 	// RelayState reports the outbox relay's NATS state ("connected",
 	// "disconnected", "not configured"); nil means "not configured".
@@ -50,13 +60,14 @@ type Options struct {
 	// Logger receives one line per operator action (action, outcome,
 	// counts; never a payload, principal, hash or job id); nil discards.
 	Logger *slog.Logger
-	// SampleEvery is the spacing of the rate samples (default 30s).
+	// SampleEvery is the spacing of the rate samples; zero means
+	// DefaultSampleEvery.
 	SampleEvery time.Duration
 	// Replay runs an operator's replay (intake.Service.OperatorReplay);
 	// nil means the console offers no replay.
 	Replay func(context.Context, intake.OperatorReplayRequest) (intake.ReplayResult, error)
 	// MaxPayloadBytes bounds the body of a replay (MIGHTYETL_MAX_PAYLOAD_BYTES);
-	// zero means 1 MiB.
+	// zero means DefaultMaxPayloadBytes.
 	MaxPayloadBytes int64
 }
 
@@ -75,26 +86,35 @@ func (c *Console) SetRelayState(f func() string) {
 	}
 }
 
+// WithDefaults returns o with every unset field that has a default set to
+// it: DefaultBulkCancelCap, a "not configured" relay state, a discarding
+// logger, DefaultSampleEvery and DefaultMaxPayloadBytes (a non-positive
+// number counts as unset).
+func (o Options) WithDefaults() Options {
+	if o.BulkCancelCap <= 0 {
+		o.BulkCancelCap = DefaultBulkCancelCap
+	}
+	if o.RelayState == nil {
+		o.RelayState = func() string { return "not configured" }
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.SampleEvery <= 0 {
+		o.SampleEvery = DefaultSampleEvery
+	}
+	if o.MaxPayloadBytes <= 0 {
+		o.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	return o
+}
+
 // New returns a Console.
 func New(opts Options) (*Console, error) {
 	if opts.DB == nil {
 		return nil, errors.New("console: no database")
 	}
-	if opts.BulkCancelCap <= 0 {
-		opts.BulkCancelCap = DefaultBulkCancelCap
-	}
-	if opts.RelayState == nil {
-		opts.RelayState = func() string { return "not configured" }
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.SampleEvery <= 0 {
-		opts.SampleEvery = 30 * time.Second
-	}
-	if opts.MaxPayloadBytes <= 0 {
-		opts.MaxPayloadBytes = 1 << 20
-	}
+	opts = opts.WithDefaults()
 	c := &Console{opts: opts, sampler: &sampler{every: opts.SampleEvery}}
 	c.SetRelayState(opts.RelayState)
 	return c, nil

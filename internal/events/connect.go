@@ -31,10 +31,31 @@ type Options struct {
 	// both or neither.
 	TLSCertFile, TLSKeyFile string
 	// ReconnectWait is the pause between reconnect attempts to one server;
-	// zero means 1s.
+	// zero means DefaultReconnectWait.
 	ReconnectWait time.Duration
-	// Timeout bounds one connection attempt; zero means 2s.
+	// Timeout bounds one connection attempt; zero means
+	// DefaultConnectTimeout.
 	Timeout time.Duration
+}
+
+// Defaults of Options.
+const (
+	// DefaultReconnectWait is the pause between reconnect attempts.
+	DefaultReconnectWait = time.Second
+	// DefaultConnectTimeout bounds one connection attempt.
+	DefaultConnectTimeout = 2 * time.Second
+)
+
+// WithDefaults returns o with a non-positive ReconnectWait or Timeout set
+// to DefaultReconnectWait or DefaultConnectTimeout.
+func (o Options) WithDefaults() Options {
+	if o.ReconnectWait <= 0 {
+		o.ReconnectWait = DefaultReconnectWait
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultConnectTimeout
+	}
+	return o
 }
 
 // Connect opens a NATS connection that never gives up: it retries the initial
@@ -64,12 +85,7 @@ func Connect(ctx context.Context, o Options, log *slog.Logger, m *metrics.Events
 	if m == nil {
 		m = metrics.NewEvents(nil)
 	}
-	if o.ReconnectWait <= 0 {
-		o.ReconnectWait = time.Second
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = 2 * time.Second
-	}
+	o = o.WithDefaults()
 	st := &connState{log: log, m: m}
 	opts := []nats.Option{
 		nats.Name(o.Name),
