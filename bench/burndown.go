@@ -208,7 +208,7 @@ func (h *harness) continuous(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	res.Settings = h.throughputSettings(cfg, rg.execConns)
-	res.Settings["insert"] = "1 goroutine, pg.InsertJobs batches of 500, back to back"
+	res.Settings["insert"] = fmt.Sprintf("%d goroutine(s), pg.InsertJobs batches of 500, back to back", max(h.o.Inserters, 1))
 	res.Settings["duration"] = h.o.Duration.String()
 	res.Settings["wakeups"] = "none (poll " + cfg.PollInterval.String() + ")"
 	if h.o.NATSURL != "" {
@@ -230,21 +230,24 @@ func (h *harness) continuous(ctx context.Context) (Result, error) {
 		inserted atomic.Int64
 		insErr   error
 	)
+	var errOnce sync.Once
 	start := time.Now()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for runCtx.Err() == nil {
-			jobs := h.newJobs(batch, zeroPayload)
-			if _, err := pg.InsertJobs(runCtx, h.pool, jobs); err != nil {
-				if runCtx.Err() == nil {
-					insErr = err
+	for range max(h.o.Inserters, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for runCtx.Err() == nil {
+				jobs := h.newJobs(batch, zeroPayload)
+				if err := h.insertJobs(runCtx, jobs); err != nil {
+					if runCtx.Err() == nil {
+						errOnce.Do(func() { insErr = err })
+					}
+					return
 				}
-				return
+				inserted.Add(batch)
 			}
-			inserted.Add(batch)
-		}
-	}()
+		}()
+	}
 	var backlog []float64
 	tick := time.NewTicker(time.Second)
 	for runCtx.Err() == nil {

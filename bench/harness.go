@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -42,11 +43,13 @@ type harness struct {
 	log  *slog.Logger
 	url  string
 	pool *pgxpool.Pool
+	// notify wakes the outbox relays after inserts, as the intake does.
+	notify *pg.OutboxNotifier
 	// workerURLParams are extra connection settings (URL query) of the
 	// in-process worker's pools; empty for the product defaults.
 	workerURLParams string
 	// keySeq makes submission keys unique within the run.
-	keySeq int64
+	keySeq atomic.Int64
 	// Product binaries (cmd/<name>), each built once into binDir.
 	binMu  sync.Mutex
 	bins   map[string]*builtBinary
@@ -108,6 +111,7 @@ func (h *harness) fresh(ctx context.Context) error {
 		return err
 	}
 	h.pool = pool
+	h.notify = pg.NewOutboxNotifier(pool)
 	return nil
 }
 
@@ -240,14 +244,24 @@ func (h *harness) bulkInsert(ctx context.Context, n int, payload string) (time.D
 	return time.Since(start), nil
 }
 
+// insertJobs stores jobs as the intake's group commit does: pg.InsertJobs,
+// then the relays' wake-up (migration 00013).
+func (h *harness) insertJobs(ctx context.Context, jobs []pg.NewJob) error {
+	_, err := pg.InsertJobs(ctx, h.pool, jobs)
+	h.notify.Kick()
+	return err
+}
+
 // newJobs builds n jobs for pg.InsertJobs with unique keys.
 func (h *harness) newJobs(n int, payload string) []pg.NewJob {
 	jobs := make([]pg.NewJob, n)
 	digest := sha(payload)
 	for i := range jobs {
-		h.keySeq++
-		jobs[i] = pg.NewJob{JobID: uuid.New(), Kind: pg.KindDiagnostic, PrincipalScopeHash: benchPrincipal,
-			SubmissionKeyHash: sha("bench-key-" + strconv.FormatInt(h.keySeq, 10) + "-" + uuid.NewString()),
+		// A time-ordered UUIDv7, as the intake draws them (a random v4 id
+		// scatters the primary-key inserts).
+		seq := h.keySeq.Add(1)
+		jobs[i] = pg.NewJob{JobID: uuid.Must(uuid.NewV7()), Kind: pg.KindDiagnostic, PrincipalScopeHash: benchPrincipal,
+			SubmissionKeyHash: sha("bench-key-" + strconv.FormatInt(seq, 10) + "-" + uuid.NewString()),
 			RequestDigest:     digest, Payload: payload, MaxAttempts: 3}
 	}
 	return jobs

@@ -56,6 +56,8 @@ type options struct {
 	FinishBatch int `json:"finish_batch"`
 	Completers  int `json:"completers"`
 	ExecConns   int `json:"exec_conns"`
+	// Inserters is the number of continuous inserting goroutines, each side.
+	Inserters int `json:"inserters"`
 	// ClaimCooldown and FinishLinger override the worker's (0: its default).
 	ClaimCooldown time.Duration `json:"claim_cooldown_ns,omitempty"`
 	FinishLinger  time.Duration `json:"finish_linger_ns,omitempty"`
@@ -152,6 +154,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.Concurrency, "concurrency", 2000, "burndown/continuous worker execution slots; also the River peer's MaxWorkers (River's benchmark: 2,000)")
 	fs.IntVar(&o.FinishBatch, "finish-batch", 256, "burndown/continuous worker FinishBatch")
 	fs.IntVar(&o.Completers, "completers", 4, "burndown/continuous worker Completers")
+	fs.IntVar(&o.Inserters, "inserters", 1, "continuous: inserting goroutines on each side (mightyETL pg.InsertJobs, River InsertManyFast), 500 jobs per call, back to back")
 	fs.DurationVar(&o.ClaimCooldown, "claim-cooldown", 0, "burndown/continuous worker ClaimCooldown (0: the worker's default)")
 	fs.DurationVar(&o.FinishLinger, "finish-linger", 0, "burndown/continuous worker FinishLinger (0: the worker's default)")
 	fs.IntVar(&o.ExecConns, "exec-conns", 0, "burndown/continuous worker execution pool size (0: as cmd/worker sizes it)")

@@ -204,7 +204,7 @@ func (h *harness) submitPaced(ctx context.Context, rec *startRecorder, n int, in
 			}
 		}
 		jobs := h.newJobs(1, zeroPayload)
-		if _, err := pg.InsertJobs(ctx, h.pool, jobs); err != nil {
+		if err := h.insertJobs(ctx, jobs); err != nil {
 			return nil, fmt.Errorf("submit: %w", err)
 		}
 		committed[jobs[0].JobID] = time.Now()

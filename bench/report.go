@@ -174,7 +174,8 @@ func runRiverPeer(ctx context.Context, o options) ([]Result, error) {
 	}
 	args := []string{"run", ".", "-database-url", riverURL, "-scenarios", strings.Join(scen, ","),
 		"-n", strconv.Itoa(o.N), "-duration", o.Duration.String(), "-pickup-duration", o.PickupDuration.String(),
-		"-rate", strconv.FormatFloat(o.Rate, 'f', -1, 64), "-max-workers", strconv.Itoa(o.Concurrency)}
+		"-rate", strconv.FormatFloat(o.Rate, 'f', -1, 64), "-max-workers", strconv.Itoa(o.Concurrency),
+		"-inserters", strconv.Itoa(o.Inserters)}
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = filepath.Join(root, "bench", "peers", "river")
 	cmd.Stderr = os.Stderr

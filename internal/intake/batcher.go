@@ -59,6 +59,10 @@ type batcher struct {
 	maxInFlight  int
 	flushTimeout time.Duration
 	observe      func(n int) // batch size, may be nil
+	// notify wakes the outbox relays after each flush: the job_available
+	// group row does not NOTIFY in its transaction (migration 00013). nil
+	// in tests that build a batcher alone.
+	notify *pg.OutboxNotifier
 
 	mu           sync.Mutex
 	pending      []*submission
@@ -232,6 +236,10 @@ func (b *batcher) flush(ctx context.Context, batch []*submission) {
 			break
 		}
 	}
+	// After every flush, even a failed one: an autocommitted insert may have
+	// committed before a later step failed. A wake-up finding nothing costs
+	// the relay one empty batch.
+	b.notify.Kick()
 	if err != nil {
 		failBatch(batch, err)
 		return

@@ -69,6 +69,9 @@ func (s *Service) Replay(ctx context.Context, req ReplayRequest) (ReplayResult, 
 	if err != nil {
 		return ReplayResult{}, replayError(err)
 	}
+	if out.Created {
+		s.notify.Kick()
+	}
 	return ReplayResult{Job: out.Job, Replayed: !out.Created}, nil
 }
 
@@ -110,6 +113,9 @@ func (s *Service) OperatorReplay(ctx context.Context, req OperatorReplayRequest)
 	})
 	if err != nil {
 		return ReplayResult{}, replayError(err)
+	}
+	if out.Created {
+		s.notify.Kick()
 	}
 	return ReplayResult{Job: out.Job, Replayed: !out.Created}, nil
 }

@@ -108,6 +108,9 @@ type Service struct {
 	maxAttempts int
 	metrics     *metrics.Intake
 	batcher     *batcher
+	// notify wakes the outbox relays after a commit that wrote an outbox
+	// group row (submit, replay).
+	notify *pg.OutboxNotifier
 }
 
 // New returns a Service, or an error when opts are out of range.
@@ -128,8 +131,10 @@ func New(opts Options) (*Service, error) {
 		maxRecords:  opts.MaxBatchRecords,
 		maxAttempts: opts.MaxAttempts,
 		metrics:     opts.Metrics,
+		notify:      pg.NewOutboxNotifier(opts.DB),
 	}
 	s.batcher = &batcher{
+		notify:       s.notify,
 		db:           opts.DB,
 		window:       max(opts.GroupCommitWindow, 0), // negative: no wait
 		maxBatch:     opts.GroupCommitMaxBatch,

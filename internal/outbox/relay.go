@@ -24,8 +24,10 @@ import (
 	"github.com/mightyetl/mightyetl/internal/tracing"
 )
 
-// NotifyChannel is the channel the outbox trigger notifies at commit.
-const NotifyChannel = "etl_outbox_events"
+// NotifyChannel is the channel outbox writers notify: single-job rows by
+// their trigger at commit, group rows by pg.OutboxNotifier after commit
+// (migration 00013).
+const NotifyChannel = pg.OutboxNotifyChannel
 
 // Defaults of Options.
 const (

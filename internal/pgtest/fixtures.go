@@ -79,6 +79,11 @@ func InsertJobs(t testing.TB, db pg.DBTX, jobs ...pg.NewJob) []uuid.UUID {
 			ids = append(ids, in.JobID)
 		}
 	}
+	// As the intake does after its group commit (migration 00013): the
+	// job_available group row does not notify by itself.
+	if err := pg.NotifyOutbox(context.Background(), db); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
 	return ids
 }
 

@@ -79,6 +79,9 @@ type completer struct {
 	claims *claimSet
 	m      *metrics.Worker
 	sig    *testSignals
+	// notify wakes the outbox relays after a finish commit: the lifecycle
+	// group row does not NOTIFY in its transaction (migration 00013).
+	notify *pg.OutboxNotifier
 
 	// ctx is the completer's life: finish transactions run under it;
 	// cancelled once the completer stopped.
@@ -97,7 +100,7 @@ type completer struct {
 }
 
 func newCompleter(cfg *Config, db *pgxpool.Pool, claims *claimSet, m *metrics.Worker, sig *testSignals) *completer {
-	return &completer{cfg: cfg, db: db, claims: claims, m: m, sig: sig,
+	return &completer{cfg: cfg, db: db, claims: claims, m: m, sig: sig, notify: pg.NewOutboxNotifier(db),
 		finishQ: make(chan *finishReq, cfg.Concurrency), stopping: make(chan struct{})}
 }
 
@@ -286,6 +289,9 @@ func (cp *completer) commitFinish(batch []*finishReq) error {
 	tracing.EndBatch(span, len(won), err)
 	if err != nil {
 		return err
+	}
+	if len(won) > 0 {
+		cp.notify.Kick()
 	}
 	cp.m.FinishBatchSize.Observe(float64(len(won)))
 	for _, req := range batch {

@@ -75,6 +75,10 @@ func insert(t *testing.T, pool *pgxpool.Pool, specs ...jobSpec) []uuid.UUID {
 			ids = append(ids, in.JobID)
 		}
 	}
+	// As the intake does after its group commit (migration 00013).
+	if err := pg.NotifyOutbox(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
 	return ids
 }
 

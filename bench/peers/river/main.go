@@ -48,6 +48,7 @@ type options struct {
 	pickupDuration time.Duration
 	rate           float64
 	maxWorkers     int
+	inserters      int
 	// fetchCooldown and fetchPollInterval are River's producer settings for
 	// burndown and continuous. The defaults are those of River's own published
 	// benchmark (riverbench): 2 ms and 20 ms. River's library defaults (100 ms,
@@ -65,6 +66,7 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "continuous run time")
 	flag.DurationVar(&o.pickupDuration, "pickup-duration", 2*time.Second, "pickup submission time per variant")
 	flag.Float64Var(&o.rate, "rate", 50, "pickup submissions per second")
+	flag.IntVar(&o.inserters, "inserters", 1, "continuous: inserting goroutines, each InsertManyFast 500 at a time back to back")
 	flag.IntVar(&o.maxWorkers, "max-workers", 2000, "burndown/continuous MaxWorkers of the default queue (River's benchmark: 2,000)")
 	flag.DurationVar(&o.fetchCooldown, "fetch-cooldown", 2*time.Millisecond, "burndown/continuous FetchCooldown (River's benchmark: 2ms; library default 100ms)")
 	flag.DurationVar(&o.fetchPollInterval, "fetch-poll-interval", 20*time.Millisecond, "burndown/continuous FetchPollInterval (River's benchmark: 20ms; library default 1s)")
@@ -321,7 +323,7 @@ func continuous(ctx context.Context, o options) (Result, error) {
 	res := Result{System: "river", Scenario: "continuous", Metrics: map[string]float64{},
 		Settings: o.throughputSettings()}
 	res.Settings["duration"] = o.duration.String()
-	res.Settings["insert"] = "1 goroutine, InsertManyFast batches of 500, back to back"
+	res.Settings["insert"] = fmt.Sprintf("%d goroutine(s), InsertManyFast batches of 500, back to back", o.inserters)
 	pool, err := freshDatabase(ctx, o.databaseURL)
 	if err != nil {
 		return res, err
@@ -341,20 +343,23 @@ func continuous(ctx context.Context, o options) (Result, error) {
 	var inserted atomic.Int64
 	var insErr error
 	var wg sync.WaitGroup
+	var errOnce sync.Once
 	start := time.Now()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for runCtx.Err() == nil {
-			if err := insertMany(runCtx, c, 500); err != nil {
-				if runCtx.Err() == nil {
-					insErr = err
+	for range max(o.inserters, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for runCtx.Err() == nil {
+				if err := insertMany(runCtx, c, 500); err != nil {
+					if runCtx.Err() == nil {
+						errOnce.Do(func() { insErr = err })
+					}
+					return
 				}
-				return
+				inserted.Add(500)
 			}
-			inserted.Add(500)
-		}
-	}()
+		}()
+	}
 	var backlog []float64
 	tick := time.NewTicker(time.Second)
 	for runCtx.Err() == nil {
