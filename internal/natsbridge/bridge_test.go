@@ -69,6 +69,7 @@ func publish(t *testing.T, js jetstream.JetStream, subject, key, body string, he
 // job, poison messages are terminated with a payload-free rejection and make
 // no job, and a reply subject gets the job representation.
 func TestRequestConsumerWithRealIntake(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	url := natstest.URL(t)
 	prefix := natstest.Prefix(t)
@@ -170,6 +171,7 @@ func (c *crashAfterCommit) HandleRequest(ctx context.Context, principal, key str
 // Ack happens only after commit; a message whose handler committed but was
 // not acked comes back and converges on the same job.
 func TestRedeliveryAfterCommitConverges(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	url := natstest.URL(t)
 	prefix := natstest.Prefix(t)
