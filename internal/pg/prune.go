@@ -2,11 +2,8 @@ package pg
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // DefaultPruneBatch is a reasonable batch size for PruneTerminalJobs and
@@ -131,12 +128,6 @@ func prune(ctx context.Context, db DBTX, what, sql string, olderThan time.Durati
 			return total, nil
 		}
 	}
-}
-
-// isForeignKeyViolation reports whether err is a foreign_key_violation (23503).
-func isForeignKeyViolation(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23503"
 }
 
 // pruneOrphanQueueRowsSQL deletes claim-queue rows whose job row does not
