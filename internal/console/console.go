@@ -12,6 +12,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -91,21 +92,15 @@ func (c *Console) SetRelayState(f func() string) {
 // logger, DefaultSampleEvery and DefaultMaxPayloadBytes (a non-positive
 // number counts as unset).
 func (o Options) WithDefaults() Options {
-	if o.BulkCancelCap <= 0 {
-		o.BulkCancelCap = DefaultBulkCancelCap
-	}
+	o.BulkCancelCap = cmp.Or(max(o.BulkCancelCap, 0), DefaultBulkCancelCap)
 	if o.RelayState == nil {
 		o.RelayState = func() string { return "not configured" }
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.SampleEvery <= 0 {
-		o.SampleEvery = DefaultSampleEvery
-	}
-	if o.MaxPayloadBytes <= 0 {
-		o.MaxPayloadBytes = DefaultMaxPayloadBytes
-	}
+	o.SampleEvery = cmp.Or(max(o.SampleEvery, 0), DefaultSampleEvery)
+	o.MaxPayloadBytes = cmp.Or(max(o.MaxPayloadBytes, 0), DefaultMaxPayloadBytes)
 	return o
 }
 

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -49,12 +50,8 @@ const (
 // WithDefaults returns o with a non-positive ReconnectWait or Timeout set
 // to DefaultReconnectWait or DefaultConnectTimeout.
 func (o Options) WithDefaults() Options {
-	if o.ReconnectWait <= 0 {
-		o.ReconnectWait = DefaultReconnectWait
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = DefaultConnectTimeout
-	}
+	o.ReconnectWait = cmp.Or(max(o.ReconnectWait, 0), DefaultReconnectWait)
+	o.Timeout = cmp.Or(max(o.Timeout, 0), DefaultConnectTimeout)
 	return o
 }
 

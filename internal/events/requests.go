@@ -1,6 +1,7 @@
 package events
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -112,12 +113,8 @@ type RequestsLimits struct {
 // WithDefaults returns l with a non-positive MaxBytes or MaxPerPrincipal
 // set to its Default* constant.
 func (l RequestsLimits) WithDefaults() RequestsLimits {
-	if l.MaxBytes <= 0 {
-		l.MaxBytes = DefaultRequestsMaxBytes
-	}
-	if l.MaxPerPrincipal <= 0 {
-		l.MaxPerPrincipal = DefaultRequestsMaxPerPrincipal
-	}
+	l.MaxBytes = cmp.Or(max(l.MaxBytes, 0), DefaultRequestsMaxBytes)
+	l.MaxPerPrincipal = cmp.Or(max(l.MaxPerPrincipal, 0), DefaultRequestsMaxPerPrincipal)
 	return l
 }
 
@@ -197,33 +194,17 @@ type RequestConsumerOptions struct {
 // default set to it (the DefaultRequest* constants); MaxRetryDelay is
 // raised to RetryDelay when below it.
 func (o RequestConsumerOptions) WithDefaults() RequestConsumerOptions {
-	if o.Durable == "" {
-		o.Durable = DefaultRequestDurable
-	}
-	if o.Concurrency <= 0 {
-		o.Concurrency = DefaultRequestConcurrency
-	}
-	if o.AckWait <= 0 {
-		o.AckWait = DefaultRequestAckWait
-	}
-	if o.HandlerTimeout <= 0 {
-		o.HandlerTimeout = DefaultRequestHandlerTimeout
-	}
-	if o.RetryDelay <= 0 {
-		o.RetryDelay = DefaultRequestRetryDelay
-	}
-	if o.MaxRetryDelay <= 0 {
-		o.MaxRetryDelay = DefaultRequestMaxRetryDelay
-	}
+	o.Durable = cmp.Or(o.Durable, DefaultRequestDurable)
+	o.Concurrency = cmp.Or(max(o.Concurrency, 0), DefaultRequestConcurrency)
+	o.AckWait = cmp.Or(max(o.AckWait, 0), DefaultRequestAckWait)
+	o.HandlerTimeout = cmp.Or(max(o.HandlerTimeout, 0), DefaultRequestHandlerTimeout)
+	o.RetryDelay = cmp.Or(max(o.RetryDelay, 0), DefaultRequestRetryDelay)
+	o.MaxRetryDelay = cmp.Or(max(o.MaxRetryDelay, 0), DefaultRequestMaxRetryDelay)
 	if o.MaxRetryDelay < o.RetryDelay {
 		o.MaxRetryDelay = o.RetryDelay
 	}
-	if o.MaxDeliveries <= 0 {
-		o.MaxDeliveries = DefaultRequestMaxDeliveries
-	}
-	if o.SetupRetry <= 0 {
-		o.SetupRetry = DefaultRequestSetupRetry
-	}
+	o.MaxDeliveries = cmp.Or(max(o.MaxDeliveries, 0), DefaultRequestMaxDeliveries)
+	o.SetupRetry = cmp.Or(max(o.SetupRetry, 0), DefaultRequestSetupRetry)
 	return o
 }
 

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -102,9 +103,7 @@ type Options struct {
 // DefaultProcessConcurrency and DefaultPollInterval (a non-positive
 // concurrency or poll interval counts as zero).
 func (o Options) WithDefaults() Options {
-	if o.Addr == "" {
-		o.Addr = DefaultAddr
-	}
+	o.Addr = cmp.Or(o.Addr, DefaultAddr)
 	if o.Authenticator == nil {
 		o.Authenticator = auth.NewDeny()
 	}
@@ -114,18 +113,12 @@ func (o Options) WithDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.MaxPayloadBytes == 0 {
-		o.MaxPayloadBytes = DefaultMaxPayloadBytes
-	}
+	o.MaxPayloadBytes = cmp.Or(o.MaxPayloadBytes, DefaultMaxPayloadBytes) // validate refuses a negative one
 	if o.MaxInFlightBytes == 0 {
 		o.MaxInFlightBytes = max(DefaultMaxInFlightBytes, o.MaxPayloadBytes)
 	}
-	if o.ProcessConcurrency <= 0 {
-		o.ProcessConcurrency = DefaultProcessConcurrency
-	}
-	if o.PollInterval <= 0 {
-		o.PollInterval = DefaultPollInterval
-	}
+	o.ProcessConcurrency = cmp.Or(max(o.ProcessConcurrency, 0), DefaultProcessConcurrency)
+	o.PollInterval = cmp.Or(max(o.PollInterval, 0), DefaultPollInterval)
 	return o
 }
 
