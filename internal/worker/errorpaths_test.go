@@ -28,6 +28,7 @@ import (
 // Before, the computed result was retried 4 times, thrown away, and the job
 // rerun until it ended etl_worker_attempts_exhausted.
 func TestDeterministicFinishErrorFailsTheJobAtOnce(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, `
@@ -42,11 +43,11 @@ CREATE TRIGGER reject_marked_rows BEFORE INSERT ON processed_data
     FOR EACH ROW EXECUTE FUNCTION reject_marked_rows();`); err != nil {
 		t.Fatal(err)
 	}
-	specs := []jobSpec{{payload: records(2, "reject")}}
+	specs := []pg.NewJob{{Payload: records(2, "reject")}}
 	for i := range 7 {
-		specs = append(specs, jobSpec{payload: records(2, "good"+string(rune('a'+i)))})
+		specs = append(specs, pg.NewJob{Payload: records(2, "good"+string(rune('a'+i)))})
 	}
-	ids := insert(t, pool, specs...)
+	ids := pgtest.InsertJobs(t, pool, specs...)
 	cfg := fastConfig()
 	cfg.FinishLinger = 50 * time.Millisecond // let the jobs share finish groups
 	h := newWorker(t, url, cfg, worker.TestHooks{})
@@ -57,14 +58,12 @@ CREATE TRIGGER reject_marked_rows BEFORE INSERT ON processed_data
 	if st != pg.StatusFailed || attempts != 1 || code == nil || *code != worker.CodeTargetFailure {
 		t.Fatalf("refused job %s attempt %d code %v, want FAILED %s on attempt 1", st, attempts, code, worker.CodeTargetFailure)
 	}
-	if n := count(t, pool, `SELECT count(*) FROM processed_data WHERE job_record_id = $1`, ids[0]); n != 0 {
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM processed_data WHERE job_record_id = $1`, ids[0]); n != 0 {
 		t.Fatalf("refused job has %d target rows, want 0", n)
 	}
 	for _, id := range ids[1:] {
-		if st, attempts, _ := jobState(t, pool, id); st != pg.StatusSucceeded || attempts != 1 {
-			t.Fatalf("good job %s attempt %d", st, attempts)
-		}
-		if n := count(t, pool, `SELECT count(*) FROM processed_data WHERE job_record_id = $1`, id); n != 2 {
+		wantJob(t, pool, id, pg.StatusSucceeded, 1)
+		if n := pgtest.Count(t, pool, `SELECT count(*) FROM processed_data WHERE job_record_id = $1`, id); n != 2 {
 			t.Fatalf("good job loaded %d rows, want 2", n)
 		}
 	}
@@ -80,6 +79,7 @@ CREATE TRIGGER reject_marked_rows BEFORE INSERT ON processed_data
 // failure (serialization_failure, 40001) for the first eight target inserts;
 // a sequence counts them across rollbacks.
 func TestTransientFinishErrorIsRetriedWhileTheLeaseHolds(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, `
@@ -95,19 +95,17 @@ CREATE TRIGGER flaky_target BEFORE INSERT ON processed_data
     FOR EACH ROW EXECUTE FUNCTION flaky_target();`); err != nil {
 		t.Fatal(err)
 	}
-	ids := insert(t, pool, jobSpec{payload: records(3, "flaky")})
+	ids := pgtest.InsertJobs(t, pool, pg.NewJob{Payload: records(3, "flaky")})
 	cfg := fastConfig()
 	cfg.Concurrency = 1
 	h := newWorker(t, url, cfg, worker.TestHooks{})
 	h.start(t)
 	h.awaitOutcome(t, 60*time.Second, "job succeeded", metrics.OutcomeSucceeded, 1)
-	if st, attempts, _ := jobState(t, pool, ids[0]); st != pg.StatusSucceeded || attempts != 1 {
-		t.Fatalf("job %s after %d attempts, want SUCCEEDED on the first", st, attempts)
-	}
-	if n := count(t, pool, `SELECT count(*) FROM processed_data WHERE job_record_id = $1`, ids[0]); n != 3 {
+	wantJob(t, pool, ids[0], pg.StatusSucceeded, 1)
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM processed_data WHERE job_record_id = $1`, ids[0]); n != 3 {
 		t.Fatalf("loaded %d rows, want 3", n)
 	}
-	if n := count(t, pool, `SELECT last_value::int FROM flaky_target_calls`); n < 9 {
+	if n := pgtest.Count(t, pool, `SELECT last_value::int FROM flaky_target_calls`); n < 9 {
 		t.Fatalf("the target was called %d times, want the 8 refusals and the success", n)
 	}
 }
@@ -117,13 +115,15 @@ CREATE TRIGGER flaky_target BEFORE INSERT ON processed_data
 // one job is held open inside its transaction (its job row locked) while a
 // renewal round runs for the other, still running, job.
 func TestRenewalNeverWaitsOnTheWorkersOwnFinish(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
 	ctx := context.Background()
-	ids := insert(t, pool, jobSpec{payload: records(2, "finishing")},
-		jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(time.Hour, "", 0)})
+	ids := pgtest.InsertJobs(t, pool, pg.NewJob{Payload: records(2, "finishing")},
+		pg.NewJob{Kind: pg.KindDiagnostic, Payload: diagnostic(time.Hour, "", 0)})
 	inTx, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { close(inTx) }); closeOnce(release) })
+	releaseFinish := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(func() { once.Do(func() { close(inTx) }); releaseFinish() })
 	cfg := fastConfig()
 	cfg.Concurrency = 2
 	// Long enough that nothing expires, renews or times out by itself while
@@ -137,11 +137,7 @@ func TestRenewalNeverWaitsOnTheWorkersOwnFinish(t *testing.T) {
 		}
 	}})
 	h.start(t)
-	select {
-	case <-inTx:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the finish did not start")
-	}
+	receive(t, 30*time.Second, "the finish did not start", inTx)
 	testwait.For(t, 30*time.Second, "the long job running", func() bool { return h.w.Running() == 1 })
 	expiry := func(id uuid.UUID) (e time.Time) {
 		if err := pool.QueryRow(ctx, `SELECT lease_expires_at FROM etl_job_records WHERE job_record_id = $1`, id).Scan(&e); err != nil {
@@ -152,15 +148,11 @@ func TestRenewalNeverWaitsOnTheWorkersOwnFinish(t *testing.T) {
 	before := expiry(ids[1])
 	done := make(chan struct{})
 	go func() { h.w.RenewOnce(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the renewal round waited on the worker's own finish transaction")
-	}
+	receive(t, 30*time.Second, "the renewal round waited on the worker's own finish transaction", done)
 	if after := expiry(ids[1]); !after.After(before) {
 		t.Fatalf("running job's lease %v not extended past %v", after, before)
 	}
-	closeOnce(release)
+	releaseFinish()
 	h.awaitOutcome(t, 30*time.Second, "the held finish committed", metrics.OutcomeSucceeded, 1)
 	h.w.RenewOnce() // the finished claim is gone from the live set: not stale
 	if v := testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalStale)); v != 0 {
@@ -169,33 +161,20 @@ func TestRenewalNeverWaitsOnTheWorkersOwnFinish(t *testing.T) {
 	if v := h.outcome(metrics.OutcomeStale); v != 0 {
 		t.Fatalf("stale outcomes %v", v)
 	}
-	if st, attempts, _ := jobState(t, pool, ids[0]); st != pg.StatusSucceeded || attempts != 1 {
-		t.Fatalf("finished job %s attempt %d", st, attempts)
-	}
-}
-
-var closeMu sync.Mutex
-
-func closeOnce(c chan struct{}) {
-	closeMu.Lock()
-	defer closeMu.Unlock()
-	select {
-	case <-c:
-	default:
-		close(c)
-	}
+	wantJob(t, pool, ids[0], pg.StatusSucceeded, 1)
 }
 
 // A finish group is bounded by target rows, not only by jobs: a large job
 // commits alone rather than making a group of small ones slow (issue 12,
 // defect 7).
 func TestFinishGroupsAreBoundedByRows(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
-	specs := []jobSpec{{payload: records(30, "large")}}
+	specs := []pg.NewJob{{Payload: records(30, "large")}}
 	for i := range 7 {
-		specs = append(specs, jobSpec{payload: records(4, fmt.Sprint("small", i))})
+		specs = append(specs, pg.NewJob{Payload: records(4, fmt.Sprint("small", i))})
 	}
-	insert(t, pool, specs...)
+	pgtest.InsertJobs(t, pool, specs...)
 	type grp struct{ jobs, rows int }
 	var groups []grp
 	cfg := fastConfig()
@@ -237,6 +216,7 @@ func TestFinishGroupsAreBoundedByRows(t *testing.T) {
 // a claim stuck behind a lock ends with a timeout and is tried again,
 // instead of holding the producer forever.
 func TestClaimIsBoundedByTheStatementTimeout(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
@@ -261,7 +241,7 @@ func TestClaimIsBoundedByTheStatementTimeout(t *testing.T) {
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	insert(t, pool, jobSpec{payload: records(1, "after")})
+	pgtest.InsertJobs(t, pool, pg.NewJob{Payload: records(1, "after")})
 	h.awaitOutcome(t, 30*time.Second, "the job after the lock succeeded", metrics.OutcomeSucceeded, 1)
 }
 
@@ -269,8 +249,9 @@ func TestClaimIsBoundedByTheStatementTimeout(t *testing.T) {
 // no longer renewed, and the job ends FAILED etl_job_timeout on that
 // attempt (issue 12, defect 7).
 func TestJobPastItsMaximumDurationFailsWithJobTimeout(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
-	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: `{}`})
+	ids := pgtest.InsertJobs(t, pool, pg.NewJob{Kind: pg.KindDiagnostic, Payload: `{}`})
 	causes := make(chan error, 1)
 	handlers := map[string]worker.Handler{
 		pg.KindDiagnostic: func(hctx context.Context, _ *lease.Claim) (worker.Output, error) {
@@ -283,13 +264,8 @@ func TestJobPastItsMaximumDurationFailsWithJobTimeout(t *testing.T) {
 	cfg.MaxJobDuration = 300 * time.Millisecond
 	h := newWorkerWith(t, url, cfg, worker.TestHooks{}, harnessOptions{handlers: handlers})
 	h.start(t)
-	select {
-	case cause := <-causes:
-		if !errors.Is(cause, worker.ErrJobTimeout) {
-			t.Fatalf("handler cause %v, want ErrJobTimeout", cause)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the handler was not cancelled")
+	if cause := receive(t, 30*time.Second, "the handler was not cancelled", causes); !errors.Is(cause, worker.ErrJobTimeout) {
+		t.Fatalf("handler cause %v, want ErrJobTimeout", cause)
 	}
 	h.awaitOutcome(t, 30*time.Second, "job failed", metrics.OutcomeFailed, 1)
 	if st, attempts, code := jobState(t, pool, ids[0]); st != pg.StatusFailed || attempts != 1 || code == nil || *code != worker.CodeJobTimeout {

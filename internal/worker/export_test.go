@@ -42,3 +42,7 @@ func (w *Worker) SetUpTest(h TestHooks) TestSignals {
 
 // RenewOnce runs one scheduled renewal round now, on the caller's goroutine.
 func (w *Worker) RenewOnce() { w.renewer.renewOnce() }
+
+// RenewerDone is closed once the renewer stopped: its loop has returned, so
+// no renewal round runs again.
+func (w *Worker) RenewerDone() <-chan struct{} { return w.renewer.Done() }

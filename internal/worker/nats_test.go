@@ -47,32 +47,31 @@ func subscribe(t *testing.T, nc *nats.Conn, prefix string, w *worker.Worker) {
 	}
 }
 
-// cancelJob cancels a job the way the intake's cancellation statement does:
-// one conditional UPDATE plus lifecycle and revocation outbox rows.
+// cancelJob cancels a fixture job (owner pgtest.DefaultFixtureOwner) by the
+// product statement, as the intake does: the job ends CANCELLED with its
+// lifecycle and, when it was RUNNING, revocation outbox rows.
 func cancelJob(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) {
 	t.Helper()
-	tag, err := pool.Exec(context.Background(), `
-WITH old AS (
-    SELECT job_record_id, job_status FROM etl_job_records
-    WHERE job_record_id = $1 AND job_status IN ('PENDING','RUNNING') FOR UPDATE
-), c AS (
-    UPDATE etl_job_records j SET job_status='CANCELLED', request_payload=NULL,
-        lease_claim_id=NULL, lease_owner_id=NULL, lease_expires_at=NULL, lease_fencing_token=NULL,
-        cancellation_key_hash=$2, cancellation_code='etl_job_cancelled_by_owner',
-        job_cancelled_at=clock_timestamp(), updated_at=clock_timestamp()
-    FROM old WHERE j.job_record_id = old.job_record_id
-    RETURNING j.job_record_id, j.attempt_count, old.job_status AS previous
-)
-INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, attempt_count, event_code)
-SELECT 'job_lifecycle', job_record_id, 'CANCELLED', attempt_count, 'etl_job_cancelled_by_owner' FROM c
-UNION ALL
-SELECT 'lease_revoked', job_record_id, 'CANCELLED', attempt_count, NULL FROM c WHERE previous = 'RUNNING'`, id, sha("cancel-key"))
-	if err != nil || tag.RowsAffected() == 0 {
-		t.Fatalf("cancel: %v rows %d", err, tag.RowsAffected())
+	out, err := pg.CancelJob(context.Background(), pool, pg.CancelParams{PrincipalScopeHash: pgtest.SHA(pgtest.DefaultFixtureOwner),
+		JobID: id, CancellationKeyHash: pgtest.SHA("cancel-key")})
+	if err != nil || !out.Cancelled {
+		t.Fatalf("cancel: %+v %v", out, err)
 	}
 }
 
+// cancelWhileRunning inserts a minute-long job, cancels it once h runs it,
+// waits until h's handler stopped as cancelled, and returns its id.
+func cancelWhileRunning(t *testing.T, h *harness, pool *pgxpool.Pool) uuid.UUID {
+	t.Helper()
+	id := pgtest.InsertJobs(t, pool, pg.NewJob{Kind: pg.KindDiagnostic, Payload: diagnostic(time.Minute, "", 1)})[0]
+	testwait.For(t, 20*time.Second, "running", func() bool { return h.w.Running() == 1 })
+	cancelJob(t, pool, id)
+	h.awaitOutcome(t, 20*time.Second, "handler cancelled", metrics.OutcomeCancelled, 1)
+	return id
+}
+
 func TestWakeupDeliversJobLongBeforePoll(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
 	nc := natstest.Connect(t, natstest.URL(t))
 	prefix := natstest.Prefix(t)
@@ -88,7 +87,7 @@ func TestWakeupDeliversJobLongBeforePoll(t *testing.T) {
 		t.Fatalf("start-up claim took %d jobs from an empty queue", n)
 	}
 	start := time.Now()
-	insert(t, pool, jobSpec{payload: records(1, "wake")})
+	pgtest.InsertJobs(t, pool, pg.NewJob{Payload: records(1, "wake")})
 	h.awaitOutcome(t, 20*time.Second, "job succeeded via wake-up", metrics.OutcomeSucceeded, 1)
 	if elapsed := time.Since(start); elapsed >= 30*time.Second {
 		t.Fatalf("job took %v: it waited for the poll", elapsed)
@@ -99,6 +98,7 @@ func TestWakeupDeliversJobLongBeforePoll(t *testing.T) {
 }
 
 func TestCancelledRunningJobStopsThroughNATSRevocation(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
 	nc := natstest.Connect(t, natstest.URL(t))
 	prefix := natstest.Prefix(t)
@@ -107,10 +107,7 @@ func TestCancelledRunningJobStopsThroughNATSRevocation(t *testing.T) {
 	h := newWorker(t, url, cfg, worker.TestHooks{})
 	subscribe(t, nc, prefix, h.w)
 	h.start(t)
-	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(60*time.Second, "", 1)})
-	testwait.For(t, 20*time.Second, "running", func() bool { return h.w.Running() == 1 })
-	cancelJob(t, pool, ids[0])
-	h.awaitOutcome(t, 20*time.Second, "handler cancelled", metrics.OutcomeCancelled, 1)
+	id := cancelWhileRunning(t, h, pool)
 	if v := testutil.ToFloat64(h.m.ClaimsLost.WithLabelValues(metrics.LostRevoked)); v != 1 {
 		t.Fatalf("lost via revocation %v, want 1", v)
 	}
@@ -118,30 +115,28 @@ func TestCancelledRunningJobStopsThroughNATSRevocation(t *testing.T) {
 	if testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalStale)) != 0 {
 		t.Fatal("a renewal, not the revocation, stopped the handler")
 	}
-	st, _, _ := jobState(t, pool, ids[0])
+	st, _, _ := jobState(t, pool, id)
 	if st != pg.StatusCancelled {
 		t.Fatalf("status %s", st)
 	}
-	if n := count(t, pool, `SELECT count(*) FROM processed_data`); n != 0 {
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM processed_data`); n != 0 {
 		t.Fatalf("cancelled job loaded %d rows", n)
 	}
 }
 
 func TestCancelledRunningJobStopsAtNextRenewalWithoutNATS(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
 	cfg := fastConfig()
 	cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin = 3*time.Second, 500*time.Millisecond, 500*time.Millisecond
 	h := newWorker(t, url, cfg, worker.TestHooks{})
 	h.start(t)
-	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(60*time.Second, "", 1)})
-	testwait.For(t, 20*time.Second, "running", func() bool { return h.w.Running() == 1 })
-	cancelJob(t, pool, ids[0])
-	h.awaitOutcome(t, 20*time.Second, "handler cancelled", metrics.OutcomeCancelled, 1)
+	id := cancelWhileRunning(t, h, pool)
 	if v := testutil.ToFloat64(h.m.ClaimsLost.WithLabelValues(metrics.LostNotRenewed)); v != 1 {
 		t.Fatalf("lost via renewal %v, want 1", v)
 	}
 	t.Logf("cancel commit to handler stop, NATS down (renew interval %v): %.1f ms", cfg.RenewInterval, cancelToStop(t, h)*1000)
-	if st, _, _ := jobState(t, pool, ids[0]); st != pg.StatusCancelled {
+	if st, _, _ := jobState(t, pool, id); st != pg.StatusCancelled {
 		t.Fatalf("status %s, want CANCELLED preserved", st)
 	}
 }
@@ -169,6 +164,7 @@ func cancelToStop(t *testing.T, h *harness) float64 {
 // With NATS stopped mid-run jobs still complete through polling; once NATS is
 // back, wake-ups resume without restarting any process.
 func TestNATSOutageFallsBackToPollingAndRecovers(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
 	srv := natstest.StartServer(t)
 	prefix := natstest.Prefix(t)
@@ -188,7 +184,7 @@ func TestNATSOutageFallsBackToPollingAndRecovers(t *testing.T) {
 	subscribe(t, workerConn, prefix, h.w)
 	h.start(t)
 
-	insert(t, pool, jobSpec{payload: records(1, "before")})
+	pgtest.InsertJobs(t, pool, pg.NewJob{Payload: records(1, "before")})
 	h.awaitOutcome(t, 20*time.Second, "first job", metrics.OutcomeSucceeded, 1)
 	if testutil.ToFloat64(h.m.WakeupsReceived) < 1 {
 		t.Fatal("no wake-up while NATS was up")
@@ -196,7 +192,7 @@ func TestNATSOutageFallsBackToPollingAndRecovers(t *testing.T) {
 
 	srv.Stop()
 	testwait.For(t, 20*time.Second, "clients see the outage", func() bool { return !workerConn.IsConnected() && !relayConn.IsConnected() })
-	insert(t, pool, jobSpec{payload: records(1, "during")})
+	pgtest.InsertJobs(t, pool, pg.NewJob{Payload: records(1, "during")})
 	h.awaitOutcome(t, 30*time.Second, "job completes by polling", metrics.OutcomeSucceeded, 2)
 
 	srv.Start()
@@ -205,7 +201,7 @@ func TestNATSOutageFallsBackToPollingAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := testutil.ToFloat64(h.m.WakeupsReceived)
-	insert(t, pool, jobSpec{payload: records(1, "after")})
+	pgtest.InsertJobs(t, pool, pg.NewJob{Payload: records(1, "after")})
 	testwait.For(t, 30*time.Second, "wake-up after recovery", func() bool { return testutil.ToFloat64(h.m.WakeupsReceived) > before })
 	h.awaitOutcome(t, 30*time.Second, "third job", metrics.OutcomeSucceeded, 3)
 }

@@ -42,8 +42,9 @@ func leaseLive(t *testing.T, pool *pgxpool.Pool, id any) bool {
 // database says the lease expired; then a rival reclaims, and the paused
 // worker's late finish is fenced and rolls back.
 func TestPausedRenewerIsReclaimedOnlyAfterDatabaseExpiry(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
-	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(4*time.Second, "", 2)})
+	ids := pgtest.InsertJobs(t, pool, pg.NewJob{Kind: pg.KindDiagnostic, Payload: diagnostic(4*time.Second, "", 2)})
 	renewGate := make(chan struct{})
 	var gateOnce sync.Once
 	openGate := func() { gateOnce.Do(func() { close(renewGate) }) }
@@ -61,26 +62,29 @@ func TestPausedRenewerIsReclaimedOnlyAfterDatabaseExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The rival finds nothing while the database says the lease is live.
-	for leaseLive(t, pool, ids[0]) {
+	testwait.For(t, 20*time.Second, "A's lease expired by the database clock", func() bool {
+		if !leaseLive(t, pool, ids[0]) {
+			return true
+		}
 		res, err := lease.ClaimJobs(context.Background(), pool, lease.ClaimParams{OwnerID: "rival-claimer", Limit: 1, LeaseDuration: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(res.Claimed) > 0 {
-			// Legal only if A's lease expired between the check and the
-			// claim: by the database clock, now is past A's expiry. (The
-			// lease is live again afterwards: it is the rival's.)
-			var past bool
-			if err := pool.QueryRow(context.Background(), `SELECT clock_timestamp() >= $1`, aExpiry).Scan(&past); err != nil {
-				t.Fatal(err)
-			}
-			if !past {
-				t.Fatal("rival claimed a live lease")
-			}
-			break
+		if len(res.Claimed) == 0 {
+			return false
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		// Legal only if A's lease expired between the check and the claim:
+		// by the database clock, now is past A's expiry. (The lease is live
+		// again afterwards: it is the rival's.)
+		var past bool
+		if err := pool.QueryRow(context.Background(), `SELECT clock_timestamp() >= $1`, aExpiry).Scan(&past); err != nil {
+			t.Fatal(err)
+		}
+		if !past {
+			t.Fatal("rival claimed a live lease")
+		}
+		return true
+	})
 	// After expiry the rival gets it (if the loop above did not already).
 	testwait.For(t, 20*time.Second, "rival holds the job", func() bool {
 		var owner *string
@@ -99,25 +103,28 @@ func TestPausedRenewerIsReclaimedOnlyAfterDatabaseExpiry(t *testing.T) {
 	// A's handler finishes (4s) and its fenced finish affects zero rows.
 	openGate()
 	a.awaitOutcome(t, 30*time.Second, "A's late finish fenced", metrics.OutcomeStale, 1)
-	if n := count(t, pool, `SELECT count(*) FROM processed_data`); n != 0 {
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM processed_data`); n != 0 {
 		t.Fatalf("stale worker's %d target rows survived", n)
 	}
-	st, attempts, _ := jobState(t, pool, ids[0])
-	if st != pg.StatusRunning || attempts != 2 {
-		t.Fatalf("state %s attempts %d; want RUNNING under the rival's attempt 2", st, attempts)
-	}
+	wantJob(t, pool, ids[0], pg.StatusRunning, 2)
 }
 
 // Handlers that occupy every execution slot and hold every execution
 // connection for several renewal intervals cannot starve renewal: it has its
 // own goroutine and pool.
 func TestRenewalIsNotStarvedByBusyHandlers(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
 	const slots = 3
 	cfg := shortLease()
 	cfg.Concurrency = slots
 	var execPool atomic.Pointer[pgxpool.Pool]
-	hold := 5 * time.Second // 2.5 lease durations, 12 renewal intervals
+	// The handlers hold their connections until the renewer has started
+	// holdRounds rounds after they all took one: past the lease duration.
+	const holdRounds = 7 // 2.8s of 400ms rounds, 1.4 lease durations
+	release := make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseOnce)
 	handlers := worker.DefaultHandlers(1000)
 	base := handlers[pg.KindDiagnostic]
 	holding := make(chan struct{}, slots)
@@ -129,7 +136,7 @@ func TestRenewalIsNotStarvedByBusyHandlers(t *testing.T) {
 		}
 		holding <- struct{}{}
 		select {
-		case <-time.After(hold):
+		case <-release:
 		case <-ctx.Done():
 			conn.Release()
 			return worker.Output{}, context.Cause(ctx)
@@ -139,20 +146,27 @@ func TestRenewalIsNotStarvedByBusyHandlers(t *testing.T) {
 	}
 	h := newWorkerWith(t, url, cfg, worker.TestHooks{}, harnessOptions{execConns: slots, handlers: handlers})
 	execPool.Store(h.exec)
-	var specs []jobSpec
+	var specs []pg.NewJob
 	for range slots {
-		specs = append(specs, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(0, "", 1)})
+		specs = append(specs, pg.NewJob{Kind: pg.KindDiagnostic, Payload: diagnostic(0, "", 1)})
 	}
-	insert(t, pool, specs...)
+	pgtest.InsertJobs(t, pool, specs...)
 	h.start(t)
 	for range slots {
-		<-holding
+		receive(t, 30*time.Second, "the handlers did not start", holding)
 	}
 	if st := h.exec.Stat(); st.AcquiredConns() != slots || st.MaxConns() != slots {
 		t.Fatalf("handlers hold %d of %d execution connections", st.AcquiredConns(), st.MaxConns())
 	}
+	for len(h.sig.RenewRound) > 0 { // rounds before every connection was held
+		<-h.sig.RenewRound
+	}
+	for range holdRounds {
+		receive(t, 30*time.Second, "the renewer stopped its rounds", h.sig.RenewRound)
+	}
+	releaseOnce()
 	h.awaitOutcome(t, 60*time.Second, "all succeeded", metrics.OutcomeSucceeded, slots)
-	if n := count(t, pool, `SELECT count(*) FROM etl_job_records WHERE attempt_count <> 1`); n != 0 {
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM etl_job_records WHERE attempt_count <> 1`); n != 0 {
 		t.Fatalf("%d jobs were reclaimed: renewal starved", n)
 	}
 	if v := testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalRenewed)); v < slots*5 {
@@ -164,9 +178,10 @@ func TestRenewalIsNotStarvedByBusyHandlers(t *testing.T) {
 // renewal: the worker retries only within its conservative view of the
 // lease, then treats the claim as lost (fail closed) and stops the handler.
 func TestRenewalConnectionCutFailsClosed(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
 	proxy := pgtest.NewProxy(t, url)
-	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(time.Hour, "", 1)})
+	ids := pgtest.InsertJobs(t, pool, pg.NewJob{Kind: pg.KindDiagnostic, Payload: diagnostic(time.Hour, "", 1)})
 	cfg := shortLease()
 	cfg.Concurrency = 1
 	h := newWorkerWith(t, url, cfg, worker.TestHooks{}, harnessOptions{renewURL: proxy.URL(url)})
@@ -194,23 +209,27 @@ func TestRenewalConnectionCutFailsClosed(t *testing.T) {
 	})
 }
 
-// Once Stop returns no renewal round runs again.
+// Once Stop returns no renewal round runs again: the renewer's loop has
+// returned (its Done is closed, and only the loop starts rounds), and no
+// round started after Stop returned.
 func TestShutdownStopsRenewal(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
-	insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(time.Hour, "", 0)})
-	var rounds atomic.Int64
+	pgtest.InsertJobs(t, pool, pg.NewJob{Kind: pg.KindDiagnostic, Payload: diagnostic(time.Hour, "", 0)})
 	cfg := shortLease()
 	cfg.ShutdownGrace = 10 * time.Millisecond
-	h := newWorker(t, url, cfg, worker.TestHooks{BeforeRenew: func() { rounds.Add(1) }})
+	h := newWorker(t, url, cfg, worker.TestHooks{})
 	h.start(t)
-	testwait.For(t, 20*time.Second, "two renewal rounds", func() bool { return rounds.Load() >= 2 })
+	for range 2 {
+		receive(t, 20*time.Second, "no renewal round", h.sig.RenewRound)
+	}
 	if err := h.w.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	after := rounds.Load()
-	time.Sleep(3 * cfg.RenewInterval)
-	if rounds.Load() != after {
-		t.Fatal("a renewal round ran after Stop returned")
+	select {
+	case <-h.w.RenewerDone():
+	default:
+		t.Fatal("Stop returned while the renewal loop still ran")
 	}
 	if h.outcome(metrics.OutcomeReleased) != 1 {
 		t.Fatal("running job not released")
@@ -220,8 +239,9 @@ func TestShutdownStopsRenewal(t *testing.T) {
 // Retry and failure committed before a renewal make it affect zero rows and
 // stay as they are; a renewal never revives them.
 func TestRetryOrFailureBeforeRenewalStays(t *testing.T) {
+	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
-	insert(t, pool, jobSpec{payload: records(1, "a")}, jobSpec{payload: records(1, "b")})
+	pgtest.InsertJobs(t, pool, pg.NewJob{Payload: records(1, "a")}, pg.NewJob{Payload: records(1, "b")})
 	ctx := context.Background()
 	res, err := lease.ClaimJobs(ctx, pool, lease.ClaimParams{OwnerID: "renew-order", Limit: 2, LeaseDuration: time.Minute})
 	if err != nil || len(res.Claimed) != 2 {
@@ -255,6 +275,7 @@ var (
 // personal data never appears in any log line or metric, and no log or
 // label carries a job id, lease id or hash.
 func TestPersonalDataNeverReachesLogsOrMetrics(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
 	var logs bytes.Buffer
 	var logMu sync.Mutex
@@ -262,7 +283,7 @@ func TestPersonalDataNeverReachesLogsOrMetrics(t *testing.T) {
 	pii := []string{"Jane Q. Citizen", "jane.citizen@example.org", "900101-2345678", "+82-10-5555-0199"}
 	payload := `[{"id":"patient-0001","name":"Jane Q. Citizen","email":"jane.citizen@example.org","national_id":"900101-2345678","phone":"+82-10-5555-0199","amount":"12.30"}]`
 	spec := `{"durationMillis":1500,"records":` + payload + `,"failWith":null}`
-	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: spec}, jobSpec{payload: `[{"id":"x","amount":"Jane Q. Citizen"}]`})
+	ids := pgtest.InsertJobs(t, pool, pg.NewJob{Kind: pg.KindDiagnostic, Payload: spec}, pg.NewJob{Payload: `[{"id":"x","amount":"Jane Q. Citizen"}]`})
 	cfg := shortLease()
 	h := newWorkerWith(t, url, cfg, worker.TestHooks{}, harnessOptions{log: log})
 	h.start(t)
@@ -319,17 +340,16 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // When a worker reclaims a job it still runs under an expired older claim,
 // the older handler is stopped: one process never computes a job twice.
 func TestReclaimOfOwnExpiredJobStopsTheOlderHandler(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
-	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(time.Hour, "", 0)})
+	ids := pgtest.InsertJobs(t, pool, pg.NewJob{Kind: pg.KindDiagnostic, Payload: diagnostic(time.Hour, "", 0)})
 	cfg := fastConfig() // renewals every 10s: only the poll's reclaim can notice
 	cfg.Concurrency = 2
 	cfg.ShutdownGrace = 10 * time.Millisecond
 	h := newWorker(t, url, cfg, worker.TestHooks{})
 	h.start(t)
 	testwait.For(t, 20*time.Second, "running", func() bool { return h.w.Running() == 1 })
-	if _, err := pool.Exec(context.Background(), pgtest.ExpireLeaseSQL, ids[0], time.Millisecond.Microseconds()); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.ExpireLease(t, pool, ids[0], time.Millisecond)
 	h.awaitLost(t, 20*time.Second, "older claim superseded", metrics.LostSuperseded, 1)
 	h.awaitOutcome(t, 20*time.Second, "older handler stopped", metrics.OutcomeStale, 1)
 	if got := h.w.Running(); got != 1 {
@@ -347,9 +367,10 @@ func TestReclaimOfOwnExpiredJobStopsTheOlderHandler(t *testing.T) {
 // no job: nothing half-commits, the write is tried again while the lease is
 // ours, and the job ends exactly once.
 func TestLostConnectionDuringFinishLosesNoJob(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
 	proxy := pgtest.NewProxy(t, url)
-	ids := insert(t, pool, jobSpec{payload: records(3, "cut")}, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(0, "permanent", 0)})
+	ids := pgtest.InsertJobs(t, pool, pg.NewJob{Payload: records(3, "cut")}, pg.NewJob{Kind: pg.KindDiagnostic, Payload: diagnostic(0, "permanent", 0)})
 	var cuts, restores atomic.Int32
 	cfg := fastConfig()
 	cfg.Concurrency = 1 // one job at a time: each finish meets its own cut
@@ -369,16 +390,14 @@ func TestLostConnectionDuringFinishLosesNoJob(t *testing.T) {
 	if cuts.Load() != 2 || restores.Load() < 2 {
 		t.Fatalf("cuts %d restores %d: the writes did not meet a broken connection", cuts.Load(), restores.Load())
 	}
-	if st, attempts, _ := jobState(t, pool, ids[0]); st != pg.StatusSucceeded || attempts != 1 {
-		t.Fatalf("job 0: %s attempts %d", st, attempts)
-	}
+	wantJob(t, pool, ids[0], pg.StatusSucceeded, 1)
 	if st, _, code := jobState(t, pool, ids[1]); st != pg.StatusFailed || code == nil || *code != worker.CodeDiagnosticFailure {
 		t.Fatalf("job 1: %s %v", st, code)
 	}
-	if n := count(t, pool, `SELECT count(*) FROM processed_data WHERE job_record_id=$1`, ids[0]); n != 3 {
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM processed_data WHERE job_record_id=$1`, ids[0]); n != 3 {
 		t.Fatalf("processed rows %d, want 3", n)
 	}
-	if n := count(t, pool, `SELECT count(*) FROM etl_outbox_job_events WHERE event_kind='job_lifecycle'`); n != 2 {
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM etl_outbox_job_events WHERE event_kind='job_lifecycle'`); n != 2 {
 		t.Fatalf("lifecycle events %d, want 2", n)
 	}
 }

@@ -15,6 +15,7 @@ import (
 // Every role runs the shared startstop stress test on its own, against a
 // real (empty) database.
 func TestRoleStartStopStress(t *testing.T) {
+	t.Parallel()
 	_, url := pgtest.NewDatabase(t)
 	exec := pgtest.NewPool(t, url, 4)
 	renew := pgtest.NewPool(t, url, 2)

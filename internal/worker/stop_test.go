@@ -44,7 +44,7 @@ func (s *stubborn) handler(ctx context.Context, _ *lease.Claim) (worker.Output, 
 func startStubborn(t *testing.T) (*harness, *stubborn) {
 	t.Helper()
 	pool, url := pgtest.NewDatabase(t)
-	insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(0, "", 0)})
+	pgtest.InsertJobs(t, pool, pg.NewJob{Kind: pg.KindDiagnostic, Payload: diagnostic(0, "", 0)})
 	s := newStubborn()
 	cfg := fastConfig()
 	cfg.ShutdownGrace = time.Hour // only the caller's context ends the wait
@@ -56,35 +56,31 @@ func startStubborn(t *testing.T) (*harness, *stubborn) {
 	if err := h.w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-s.started:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the stubborn job never started")
-	}
+	receive(t, 30*time.Second, "the stubborn job never started", s.started)
 	return h, s
+}
+
+// stopCutShort calls Stop on a context that ends at once and waits until
+// the stubborn handler's context ended; the channel gets Stop's result.
+func stopCutShort(t *testing.T, h *harness, s *stubborn) <-chan error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- h.w.Stop(ctx) }()
+	cancel()
+	receive(t, 30*time.Second, "the handler's context was never cancelled", s.cancelled)
+	return stopped
 }
 
 // Defect (issue 17): Worker.Stop waited unconditionally for handlers that
 // ignore cancellation, so a caller's deadline could not bound it. Stop now
 // returns ctx.Err() when the caller's context ends; the stop goes on.
 func TestStopReturnsWhenTheCallersContextEndsWhileAHandlerIgnoresCancellation(t *testing.T) {
+	t.Parallel() // startStubborn gives each test its own database
 	h, s := startStubborn(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan error, 1)
-	go func() { stopped <- h.w.Stop(ctx) }()
-	cancel()
-	select {
-	case <-s.cancelled:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the handler's context was never cancelled")
-	}
-	select {
-	case err := <-stopped:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("Stop returned %v, want context.Canceled", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Stop blocked on a handler that ignores cancellation after its context ended")
+	stopped := stopCutShort(t, h, s)
+	if err := receive(t, 30*time.Second, "Stop blocked on a handler that ignores cancellation after its context ended", stopped); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Stop returned %v, want context.Canceled", err)
 	}
 	// The stop went on in the background: once the handler returns, a later
 	// Stop waits for it and reports success.
@@ -99,25 +95,13 @@ func TestStopReturnsWhenTheCallersContextEndsWhileAHandlerIgnoresCancellation(t 
 // Defect (issue 17): Worker.Stop's result (stopErr) was never assigned, so a
 // Stop cut short by its caller's context reported success.
 func TestStopCutShortByItsContextReportsIt(t *testing.T) {
+	t.Parallel() // startStubborn gives each test its own database
 	h, s := startStubborn(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan error, 1)
-	go func() { stopped <- h.w.Stop(ctx) }()
-	cancel()
-	select {
-	case <-s.cancelled:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the handler's context was never cancelled")
-	}
+	stopped := stopCutShort(t, h, s)
 	// Let the handler return, so even a Stop that waits for it returns.
 	s.open()
-	select {
-	case err := <-stopped:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("Stop whose context ended before the handlers did returned %v, want context.Canceled", err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("Stop did not return")
+	if err := receive(t, time.Minute, "Stop did not return", stopped); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Stop whose context ended before the handlers did returned %v, want context.Canceled", err)
 	}
 }
 
@@ -125,6 +109,7 @@ func TestStopCutShortByItsContextReportsIt(t *testing.T) {
 // lock; under -race a concurrent Start and Stop is reported, and a Stop that
 // won left a later Start's goroutines running forever (goleak).
 func TestConcurrentStartAndStopAreSafe(t *testing.T) {
+	t.Parallel()
 	_, url := pgtest.NewDatabase(t)
 	for range 5 {
 		h := newWorker(t, url, fastConfig(), worker.TestHooks{})
@@ -150,6 +135,7 @@ func TestConcurrentStartAndStopAreSafe(t *testing.T) {
 
 // Every user of startstop runs the shared stress test.
 func TestWorkerStartStopStress(t *testing.T) {
+	t.Parallel()
 	_, url := pgtest.NewDatabase(t)
 	exec := pgtest.NewPool(t, url, 8)
 	renew := pgtest.NewPool(t, url, 2)

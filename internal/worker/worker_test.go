@@ -2,8 +2,6 @@ package worker_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,49 +35,6 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server/ats.Register.func1"),
 		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
 	)
-}
-
-func sha(s string) string {
-	h := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(h[:])
-}
-
-type jobSpec struct {
-	kind        string
-	payload     string
-	maxAttempts int
-}
-
-func insert(t *testing.T, pool *pgxpool.Pool, specs ...jobSpec) []uuid.UUID {
-	t.Helper()
-	jobs := make([]pg.NewJob, len(specs))
-	for i, s := range specs {
-		if s.maxAttempts == 0 {
-			s.maxAttempts = 3
-		}
-		if s.kind == "" {
-			s.kind = pg.KindETLRecords
-		}
-		jobs[i] = pg.NewJob{JobID: uuid.New(), Kind: s.kind, PrincipalScopeHash: sha("owner"),
-			SubmissionKeyHash: sha(uuid.NewString()), RequestDigest: sha(s.payload), Payload: s.payload, MaxAttempts: s.maxAttempts}
-	}
-	// Insert in chunks to keep statements small.
-	var ids []uuid.UUID
-	for start := 0; start < len(jobs); start += 500 {
-		end := min(start+500, len(jobs))
-		ins, err := pg.InsertJobs(context.Background(), pool, jobs[start:end])
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, in := range ins {
-			ids = append(ids, in.JobID)
-		}
-	}
-	// As the intake does after its group commit (migration 00013).
-	if err := pg.NotifyOutbox(context.Background(), pool); err != nil {
-		t.Fatal(err)
-	}
-	return ids
 }
 
 func records(n int, tag string) string {
@@ -190,13 +145,17 @@ func (h *harness) outcome(o string) float64 {
 	return testutil.ToFloat64(h.m.Outcomes.WithLabelValues(o))
 }
 
-func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
+// receive returns the next value from ch; when none comes within, it fails
+// t with failure.
+func receive[T any](t *testing.T, within time.Duration, failure string, ch <-chan T) T {
 	t.Helper()
-	var n int
-	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		t.Fatal(err)
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(within):
+		t.Fatalf("%s (waited %s)", failure, within)
+		panic("unreachable")
 	}
-	return n
 }
 
 func jobState(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) (status string, attempts int, code *string) {
@@ -207,6 +166,14 @@ func jobState(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) (status string, at
 	return
 }
 
+// wantJob fails t unless job id is in status after attempts attempts.
+func wantJob(t *testing.T, pool *pgxpool.Pool, id uuid.UUID, status string, attempts int) {
+	t.Helper()
+	if st, n, _ := jobState(t, pool, id); st != status || n != attempts {
+		t.Fatalf("job %s after %d attempts, want %s after %d", st, n, status, attempts)
+	}
+}
+
 func fastConfig() worker.Config {
 	return worker.Config{Concurrency: 8, PollInterval: 20 * time.Millisecond, LeaseDuration: 30 * time.Second,
 		RenewInterval: 10 * time.Second, SafetyMargin: 5 * time.Second, RetryBaseDelay: time.Millisecond,
@@ -214,12 +181,13 @@ func fastConfig() worker.Config {
 }
 
 func TestFourWorkersDrainThousandJobsExactlyOnce(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
-	specs := make([]jobSpec, 1000)
+	specs := make([]pg.NewJob, 1000)
 	for i := range specs {
-		specs[i] = jobSpec{payload: records(1+i%3, fmt.Sprint("j", i))}
+		specs[i] = pg.NewJob{Payload: records(1+i%3, fmt.Sprint("j", i))}
 	}
-	ids := insert(t, pool, specs...)
+	ids := pgtest.InsertJobs(t, pool, specs...)
 	var hs []*harness
 	for i := range 4 {
 		cfg := fastConfig()
@@ -229,7 +197,7 @@ func TestFourWorkersDrainThousandJobsExactlyOnce(t *testing.T) {
 		hs = append(hs, h)
 	}
 	testwait.For(t, 2*time.Minute, "all jobs succeeded", func() bool {
-		return count(t, pool, `SELECT count(*) FROM etl_job_records WHERE job_status='SUCCEEDED'`) == 1000
+		return pgtest.Count(t, pool, `SELECT count(*) FROM etl_job_records WHERE job_status='SUCCEEDED'`) == 1000
 	})
 	// Exactly once: per job, processed rows equal its record count.
 	perJob := map[uuid.UUID]int{}
@@ -252,16 +220,16 @@ func TestFourWorkersDrainThousandJobsExactlyOnce(t *testing.T) {
 		}
 	}
 	// Durable jobs write no response-ledger row (migration 00005).
-	if n := count(t, pool, `SELECT count(*) FROM etl_idempotency_records`); n != 0 {
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM etl_idempotency_records`); n != 0 {
 		t.Fatalf("ledger rows %d, want 0", n)
 	}
 	pgtest.AssertClaimQueueConsistent(t, pool)
-	if n := count(t, pool, `SELECT count(*) FROM etl_job_claim_queue`); n != 0 {
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM etl_job_claim_queue`); n != 0 {
 		t.Fatalf("claim queue rows %d after every job finished, want 0", n)
 	}
 	// No job was ever owned by two live leases: nothing was reclaimed, so
 	// every job ran under exactly one claim.
-	if n := count(t, pool, `SELECT count(*) FROM etl_job_records WHERE attempt_count <> 1 OR request_payload IS NOT NULL OR lease_claim_id IS NOT NULL`); n != 0 {
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM etl_job_records WHERE attempt_count <> 1 OR request_payload IS NOT NULL OR lease_claim_id IS NOT NULL`); n != 0 {
 		t.Fatalf("%d jobs with attempt_count <> 1 or leftover payload/lease", n)
 	}
 	var total float64
@@ -299,8 +267,9 @@ func (p *pause) hook(c *lease.Claim) {
 }
 
 func TestStaleWorkerLateFinishRollsBackAfterReclaim(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
-	ids := insert(t, pool, jobSpec{payload: records(3, "fence")})
+	ids := pgtest.InsertJobs(t, pool, pg.NewJob{Payload: records(3, "fence")})
 	p := newPause(t)
 	cfgA := fastConfig()
 	cfgA.OwnerID = "stale-worker-a"
@@ -313,9 +282,7 @@ func TestStaleWorkerLateFinishRollsBackAfterReclaim(t *testing.T) {
 		t.Fatalf("paused on %v", got)
 	}
 	// The database clock says A's lease is over; B reclaims and succeeds.
-	if _, err := pool.Exec(context.Background(), pgtest.ExpireLeaseSQL, ids[0], time.Millisecond.Microseconds()); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.ExpireLease(t, pool, ids[0], time.Millisecond)
 	cfgB := fastConfig()
 	cfgB.OwnerID = "fresh-worker-b"
 	b := newWorker(t, url, cfgB, worker.TestHooks{})
@@ -326,22 +293,20 @@ func TestStaleWorkerLateFinishRollsBackAfterReclaim(t *testing.T) {
 	if a.outcome(metrics.OutcomeSucceeded) != 0 {
 		t.Fatal("stale worker counted a success")
 	}
-	if n := count(t, pool, `SELECT count(*) FROM processed_data WHERE job_record_id=$1`, ids[0]); n != 3 {
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM processed_data WHERE job_record_id=$1`, ids[0]); n != 3 {
 		t.Fatalf("processed rows %d, want exactly 3 (B's)", n)
 	}
-	if n := count(t, pool, `SELECT count(*) FROM etl_job_claim_queue WHERE job_record_id=$1`, ids[0]); n != 0 {
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM etl_job_claim_queue WHERE job_record_id=$1`, ids[0]); n != 0 {
 		t.Fatalf("claim queue rows %d of a finished job, want 0", n)
 	}
-	st, attempts, _ := jobState(t, pool, ids[0])
-	if st != pg.StatusSucceeded || attempts != 2 {
-		t.Fatalf("state %s attempts %d", st, attempts)
-	}
+	wantJob(t, pool, ids[0], pg.StatusSucceeded, 2)
 }
 
 func TestGracefulShutdownReleasesClaimsForImmediateReclaim(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
-	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(time.Hour, "", 1)},
-		jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(time.Hour, "", 1)})
+	ids := pgtest.InsertJobs(t, pool, pg.NewJob{Kind: pg.KindDiagnostic, Payload: diagnostic(time.Hour, "", 1)},
+		pg.NewJob{Kind: pg.KindDiagnostic, Payload: diagnostic(time.Hour, "", 1)})
 	cfg := fastConfig()
 	cfg.OwnerID = "shutdown-worker"
 	cfg.ShutdownGrace = 50 * time.Millisecond
@@ -355,10 +320,7 @@ func TestGracefulShutdownReleasesClaimsForImmediateReclaim(t *testing.T) {
 		t.Fatalf("released %v", a.outcome(metrics.OutcomeReleased))
 	}
 	for _, id := range ids {
-		st, attempts, _ := jobState(t, pool, id)
-		if st != pg.StatusPending || attempts != 0 {
-			t.Fatalf("after release: %s attempts %d", st, attempts)
-		}
+		wantJob(t, pool, id, pg.StatusPending, 0)
 	}
 	// Another worker takes them at once: no waiting for lease expiry.
 	res, err := lease.ClaimJobs(context.Background(), pool, lease.ClaimParams{OwnerID: "next-worker", Limit: 5, LeaseDuration: time.Minute})
@@ -368,13 +330,14 @@ func TestGracefulShutdownReleasesClaimsForImmediateReclaim(t *testing.T) {
 }
 
 func TestFailureCodesAndRetries(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
-	ids := insert(t, pool,
-		jobSpec{payload: `[{"id":"a","amount":"not-a-number"}]`},                                 // deterministic record failure
-		jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(0, "permanent", 0)},                 // requested permanent
-		jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(0, "transient", 0), maxAttempts: 3}, // retried, then exhausted
-		jobSpec{payload: records(2, "ok")},
-		jobSpec{payload: records(1, "tampered")},
+	ids := pgtest.InsertJobs(t, pool,
+		pg.NewJob{Payload: `[{"id":"a","amount":"not-a-number"}]`},                                 // deterministic record failure
+		pg.NewJob{Kind: pg.KindDiagnostic, Payload: diagnostic(0, "permanent", 0)},                 // requested permanent
+		pg.NewJob{Kind: pg.KindDiagnostic, Payload: diagnostic(0, "transient", 0), MaxAttempts: 3}, // retried, then exhausted
+		pg.NewJob{Payload: records(2, "ok")},
+		pg.NewJob{Payload: records(1, "tampered")},
 	)
 	// Tamper with the stored payload of the last job: the digest no longer matches.
 	if _, err := pool.Exec(context.Background(), `UPDATE etl_job_records SET request_payload = '[{"id":"evil"}]' WHERE job_record_id=$1`, ids[4]); err != nil {
@@ -383,7 +346,7 @@ func TestFailureCodesAndRetries(t *testing.T) {
 	h := newWorker(t, url, fastConfig(), worker.TestHooks{})
 	h.start(t)
 	testwait.For(t, 60*time.Second, "all terminal", func() bool {
-		return count(t, pool, `SELECT count(*) FROM etl_job_records WHERE job_status IN ('SUCCEEDED','FAILED')`) == 5
+		return pgtest.Count(t, pool, `SELECT count(*) FROM etl_job_records WHERE job_status IN ('SUCCEEDED','FAILED')`) == 5
 	})
 	want := []struct {
 		status   string
@@ -409,20 +372,21 @@ func TestFailureCodesAndRetries(t *testing.T) {
 	if h.outcome(metrics.OutcomeRetried) != 2 {
 		t.Errorf("retried %v, want 2", h.outcome(metrics.OutcomeRetried))
 	}
-	if n := count(t, pool, `SELECT count(*) FROM etl_job_records WHERE job_status IN ('SUCCEEDED','FAILED') AND request_payload IS NOT NULL`); n != 0 {
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM etl_job_records WHERE job_status IN ('SUCCEEDED','FAILED') AND request_payload IS NOT NULL`); n != 0 {
 		t.Fatalf("%d terminal rows kept their payload", n)
 	}
-	if n := count(t, pool, `SELECT count(*) FROM processed_data WHERE job_record_id <> $1`, ids[3]); n != 0 {
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM processed_data WHERE job_record_id <> $1`, ids[3]); n != 0 {
 		t.Fatalf("failed jobs loaded %d rows", n)
 	}
-	if n := count(t, pool, `SELECT count(*) FROM etl_outbox_job_events WHERE event_kind='job_lifecycle'`); n != 5 {
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM etl_outbox_job_events WHERE event_kind='job_lifecycle'`); n != 5 {
 		t.Fatalf("lifecycle events %d, want 5", n)
 	}
 }
 
 func TestDatabaseClockDecidesLeaseLossWhateverTheHostThinks(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
-	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(time.Hour, "", 0)})
+	ids := pgtest.InsertJobs(t, pool, pg.NewJob{Kind: pg.KindDiagnostic, Payload: diagnostic(time.Hour, "", 0)})
 	cfg := fastConfig()
 	cfg.OwnerID = "clock-worker"
 	cfg.Concurrency = 1 // the running job fills the only slot: the renewal, not a reclaim, must notice
@@ -431,9 +395,7 @@ func TestDatabaseClockDecidesLeaseLossWhateverTheHostThinks(t *testing.T) {
 	h.start(t)
 	testwait.For(t, 30*time.Second, "running", func() bool { return h.w.Running() == 1 })
 	// The worker's own view leaves ~30s; the database says the lease is over.
-	if _, err := pool.Exec(context.Background(), pgtest.ExpireLeaseSQL, ids[0], time.Millisecond.Microseconds()); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.ExpireLease(t, pool, ids[0], time.Millisecond)
 	h.w.RenewOnce()
 	h.awaitOutcome(t, 30*time.Second, "handler stopped as stale", metrics.OutcomeStale, 1)
 	if v := testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalStale)); v != 1 {
@@ -446,8 +408,9 @@ func TestDatabaseClockDecidesLeaseLossWhateverTheHostThinks(t *testing.T) {
 }
 
 func TestLongJobRenewsAndStaysSinglyOwned(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
-	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(5*time.Second, "", 2)})
+	ids := pgtest.InsertJobs(t, pool, pg.NewJob{Kind: pg.KindDiagnostic, Payload: diagnostic(5*time.Second, "", 2)})
 	cfg := fastConfig()
 	cfg.OwnerID = "renewing-worker"
 	cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin = time.Second, 250*time.Millisecond, 100*time.Millisecond
@@ -482,10 +445,7 @@ func TestLongJobRenewsAndStaysSinglyOwned(t *testing.T) {
 	if err := <-rivalErr; err != nil {
 		t.Fatal(err)
 	}
-	st, attempts, _ := jobState(t, pool, ids[0])
-	if st != pg.StatusSucceeded || attempts != 1 {
-		t.Fatalf("state %s attempts %d", st, attempts)
-	}
+	wantJob(t, pool, ids[0], pg.StatusSucceeded, 1)
 	if v := testutil.ToFloat64(h.m.Renewals.WithLabelValues(metrics.RenewalRenewed)); v < 5 {
 		t.Fatalf("renewals %v, want at least 5", v)
 	}
@@ -497,8 +457,9 @@ func TestLongJobRenewsAndStaysSinglyOwned(t *testing.T) {
 // revocation for a lease the database still holds renews it and the handler
 // goes on.
 func TestRevocationStopsTheHandlerOnlyWhenTheDatabaseSaysSo(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
-	ids := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: `{}`})
+	ids := pgtest.InsertJobs(t, pool, pg.NewJob{Kind: pg.KindDiagnostic, Payload: `{}`})
 	causes := make(chan error, 1)
 	handlers := map[string]worker.Handler{
 		pg.KindDiagnostic: func(hctx context.Context, _ *lease.Claim) (worker.Output, error) {
@@ -527,13 +488,8 @@ func TestRevocationStopsTheHandlerOnlyWhenTheDatabaseSaysSo(t *testing.T) {
 
 	cancelJob(t, pool, ids[0]) // the database ends the lease
 	h.w.Revoke(ids[0])
-	select {
-	case cause := <-causes:
-		if !errors.Is(cause, worker.ErrRevoked) {
-			t.Fatalf("handler cause %v, want ErrRevoked", cause)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("handler not stopped after the database cancelled the job")
+	if cause := receive(t, 30*time.Second, "handler not stopped after the database cancelled the job", causes); !errors.Is(cause, worker.ErrRevoked) {
+		t.Fatalf("handler cause %v, want ErrRevoked", cause)
 	}
 	h.awaitOutcome(t, 30*time.Second, "loss counted cancelled", metrics.OutcomeCancelled, 1)
 	if v := testutil.ToFloat64(h.m.ClaimsLost.WithLabelValues(metrics.LostRevoked)); v != 1 {
@@ -547,19 +503,14 @@ func TestRevocationStopsTheHandlerOnlyWhenTheDatabaseSaysSo(t *testing.T) {
 // jobs write no ledger row since migration 00005; this pins that the finish
 // of a reused key cannot collide with anything the old job left.
 func TestKeyResubmittedAfterPruneSucceeds(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	payload := diagnostic(0, "", 2)
-	job := pg.NewJob{Kind: pg.KindDiagnostic, PrincipalScopeHash: sha("owner"), SubmissionKeyHash: sha("reused-key"),
-		RequestDigest: sha(payload), Payload: payload, MaxAttempts: 3}
-	submit := func() uuid.UUID {
-		t.Helper()
-		ins, err := pg.InsertJobs(ctx, pool, []pg.NewJob{job})
-		if err != nil || !ins[0].Created {
-			t.Fatalf("submit: %v %+v", err, ins)
-		}
-		return ins[0].JobID
-	}
+	// Every submission carries the same key; InsertJobs fails unless it
+	// creates the job.
+	job := pg.NewJob{Kind: pg.KindDiagnostic, SubmissionKeyHash: pgtest.SHA("reused-key"), Payload: payload}
+	submit := func() uuid.UUID { t.Helper(); return pgtest.InsertJobs(t, pool, job)[0] }
 	h := newWorker(t, url, fastConfig(), worker.TestHooks{})
 	h.start(t)
 	first := submit()
@@ -578,11 +529,8 @@ func TestKeyResubmittedAfterPruneSucceeds(t *testing.T) {
 		t.Fatal("the pruned job's id came back")
 	}
 	h.awaitOutcome(t, 30*time.Second, "resubmitted job succeeded", metrics.OutcomeSucceeded, 2)
-	st, attempts, _ := jobState(t, pool, second)
-	if st != pg.StatusSucceeded || attempts != 1 {
-		t.Fatalf("resubmitted job %s after %d attempts, want SUCCEEDED on the first", st, attempts)
-	}
-	if n := count(t, pool, `SELECT count(*) FROM processed_data WHERE job_record_id = $1`, second); n != 2 {
+	wantJob(t, pool, second, pg.StatusSucceeded, 1)
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM processed_data WHERE job_record_id = $1`, second); n != 2 {
 		t.Fatalf("resubmitted job loaded %d rows, want 2", n)
 	}
 }
@@ -592,20 +540,19 @@ func TestKeyResubmittedAfterPruneSucceeds(t *testing.T) {
 // claiming at once instead of leaving the jobs behind them to the next poll
 // (issue 12, defect 6).
 func TestClaimGoesOnPastExhaustedLeases(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
 	ctx := context.Background()
-	exhausted := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(0, "", 0), maxAttempts: 1},
-		jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(0, "", 0), maxAttempts: 1})
+	exhausted := pgtest.InsertJobs(t, pool, pg.NewJob{Kind: pg.KindDiagnostic, Payload: diagnostic(0, "", 0), MaxAttempts: 1},
+		pg.NewJob{Kind: pg.KindDiagnostic, Payload: diagnostic(0, "", 0), MaxAttempts: 1})
 	if res, err := lease.ClaimJobs(ctx, pool, lease.ClaimParams{OwnerID: "gone-worker-1", Limit: 2, LeaseDuration: time.Minute}); err != nil || len(res.Claimed) != 2 {
 		t.Fatalf("claim as the gone worker: %v", err)
 	}
-	pending := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(0, "", 1)},
-		jobSpec{kind: pg.KindDiagnostic, payload: diagnostic(0, "", 1)})
+	pending := pgtest.InsertJobs(t, pool, pg.NewJob{Kind: pg.KindDiagnostic, Payload: diagnostic(0, "", 1)},
+		pg.NewJob{Kind: pg.KindDiagnostic, Payload: diagnostic(0, "", 1)})
 	// Expired an hour ago: the oldest candidates, ahead of the pending jobs.
 	for _, id := range exhausted {
-		if _, err := pool.Exec(ctx, pgtest.ExpireLeaseSQL, id, time.Hour.Microseconds()); err != nil {
-			t.Fatal(err)
-		}
+		pgtest.ExpireLease(t, pool, id, time.Hour)
 	}
 	cfg := fastConfig()
 	cfg.Concurrency = 2
@@ -630,12 +577,13 @@ func TestClaimGoesOnPastExhaustedLeases(t *testing.T) {
 // attempt charged, not released as if shutdown had stopped it (issue 12,
 // defect 6). A handler that stops because of the shutdown is still released.
 func TestShutdownDoesNotMaskAHandlersOwnFailure(t *testing.T) {
+	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	// Two kinds, two test handlers: ETL jobs fail on their own, diagnostic
 	// jobs stop because the worker stops.
-	failing := insert(t, pool, jobSpec{kind: pg.KindETLRecords, payload: `{}`})[0]
-	stopping := insert(t, pool, jobSpec{kind: pg.KindDiagnostic, payload: `{}`})[0]
+	failing := pgtest.InsertJobs(t, pool, pg.NewJob{Kind: pg.KindETLRecords, Payload: `{}`})[0]
+	stopping := pgtest.InsertJobs(t, pool, pg.NewJob{Kind: pg.KindDiagnostic, Payload: `{}`})[0]
 	started := make(chan struct{}, 2)
 	handlers := map[string]worker.Handler{
 		pg.KindETLRecords: func(hctx context.Context, _ *lease.Claim) (worker.Output, error) {
@@ -655,24 +603,13 @@ func TestShutdownDoesNotMaskAHandlersOwnFailure(t *testing.T) {
 	h := newWorkerWith(t, url, cfg, worker.TestHooks{}, harnessOptions{handlers: handlers})
 	h.start(t)
 	for range 2 {
-		select {
-		case <-started:
-		case <-time.After(30 * time.Second):
-			t.Fatal("handlers did not start")
-		}
+		receive(t, 30*time.Second, "handlers did not start", started)
 	}
 	if err := h.w.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	st, attempts, _ := jobState(t, pool, failing)
-	var code *string
-	if err := pool.QueryRow(ctx, `SELECT failure_code FROM etl_job_records WHERE job_record_id = $1`, failing).Scan(&code); err != nil {
-		t.Fatal(err)
-	}
-	if st != pg.StatusFailed || attempts != 1 || code == nil || *code != "etl_target_failure" {
+	if st, attempts, code := jobState(t, pool, failing); st != pg.StatusFailed || attempts != 1 || code == nil || *code != "etl_target_failure" {
 		t.Fatalf("failing job %s attempt %d code %v, want FAILED etl_target_failure on attempt 1", st, attempts, code)
 	}
-	if st, attempts, _ := jobState(t, pool, stopping); st != pg.StatusPending || attempts != 0 {
-		t.Fatalf("stopped job %s attempt %d, want released: PENDING, attempt refunded", st, attempts)
-	}
+	wantJob(t, pool, stopping, pg.StatusPending, 0)
 }
