@@ -1,6 +1,7 @@
 package intake
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -79,27 +80,13 @@ type Options struct {
 // bound or flush timeout counts as zero). A negative GroupCommitWindow is
 // kept: it means no wait.
 func (o Options) WithDefaults() Options {
-	if o.MaxBatchRecords == 0 {
-		o.MaxBatchRecords = DefaultMaxBatchRecords
-	}
-	if o.MaxAttempts == 0 {
-		o.MaxAttempts = DefaultMaxAttempts
-	}
-	if o.GroupCommitWindow == 0 {
-		o.GroupCommitWindow = DefaultGroupCommitWindow
-	}
-	if o.GroupCommitMaxBatch <= 0 {
-		o.GroupCommitMaxBatch = DefaultGroupCommitMaxBatch
-	}
-	if o.GroupCommitMaxBytes <= 0 {
-		o.GroupCommitMaxBytes = DefaultGroupCommitMaxBytes
-	}
-	if o.GroupCommitMaxInFlight <= 0 {
-		o.GroupCommitMaxInFlight = DefaultGroupCommitMaxInFlight
-	}
-	if o.FlushTimeout <= 0 {
-		o.FlushTimeout = DefaultFlushTimeout
-	}
+	o.MaxBatchRecords = cmp.Or(o.MaxBatchRecords, DefaultMaxBatchRecords)
+	o.MaxAttempts = cmp.Or(o.MaxAttempts, DefaultMaxAttempts)
+	o.GroupCommitWindow = cmp.Or(o.GroupCommitWindow, DefaultGroupCommitWindow)
+	o.GroupCommitMaxBatch = cmp.Or(max(o.GroupCommitMaxBatch, 0), DefaultGroupCommitMaxBatch)
+	o.GroupCommitMaxBytes = cmp.Or(max(o.GroupCommitMaxBytes, 0), DefaultGroupCommitMaxBytes)
+	o.GroupCommitMaxInFlight = cmp.Or(max(o.GroupCommitMaxInFlight, 0), DefaultGroupCommitMaxInFlight)
+	o.FlushTimeout = cmp.Or(max(o.FlushTimeout, 0), DefaultFlushTimeout)
 	return o
 }
 

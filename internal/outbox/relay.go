@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -59,18 +60,10 @@ type Options struct {
 // WithDefaults returns o with every non-positive duration or size set to
 // its Default* constant.
 func (o Options) WithDefaults() Options {
-	if o.PollInterval <= 0 {
-		o.PollInterval = DefaultPollInterval
-	}
-	if o.BatchSize <= 0 {
-		o.BatchSize = DefaultBatchSize
-	}
-	if o.PublishTimeout <= 0 {
-		o.PublishTimeout = DefaultPublishTimeout
-	}
-	if o.ListenReconnectDelay <= 0 {
-		o.ListenReconnectDelay = DefaultListenReconnectDelay
-	}
+	o.PollInterval = cmp.Or(max(o.PollInterval, 0), DefaultPollInterval)
+	o.BatchSize = cmp.Or(max(o.BatchSize, 0), DefaultBatchSize)
+	o.PublishTimeout = cmp.Or(max(o.PublishTimeout, 0), DefaultPublishTimeout)
+	o.ListenReconnectDelay = cmp.Or(max(o.ListenReconnectDelay, 0), DefaultListenReconnectDelay)
 	return o
 }
 
