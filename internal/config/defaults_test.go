@@ -9,6 +9,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/httpapi"
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/outbox"
+	"github.com/mightyetl/mightyetl/internal/worker"
 )
 
 // An intake configured by nothing gets exactly the defaults the library
@@ -44,6 +45,35 @@ func TestIntakeDefaultsAreTheLibraryDefaults(t *testing.T) {
 		{"MIGHTYETL_OUTBOX_POLL_INTERVAL", c.NATS.OutboxPollInterval, relay.PollInterval},
 		{"MIGHTYETL_OUTBOX_BATCH_SIZE", c.NATS.OutboxBatchSize, relay.BatchSize},
 		{"MIGHTYETL_NATS_SUBJECT_PREFIX", c.NATS.SubjectPrefix, events.DefaultPrefix},
+	} {
+		if d.config != d.library {
+			t.Errorf("%s: configuration default %v, library default %v", d.name, d.config, d.library)
+		}
+	}
+}
+
+// A worker configured by nothing gets exactly worker.Config's defaults.
+func TestWorkerDefaultsAreTheLibraryDefaults(t *testing.T) {
+	c, _, err := config.LoadWorker(nil, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := worker.Config{}.WithDefaults()
+	for _, d := range []struct {
+		name            string
+		config, library any
+	}{
+		{"MIGHTYETL_WORKER_CONCURRENCY", c.Concurrency, w.Concurrency},
+		{"MIGHTYETL_WORKER_POLL_INTERVAL", c.PollInterval, w.PollInterval},
+		{"MIGHTYETL_LEASE_DURATION", c.LeaseDuration, w.LeaseDuration},
+		{"MIGHTYETL_LEASE_RENEW_INTERVAL", c.RenewInterval, w.RenewInterval},
+		{"MIGHTYETL_LEASE_SAFETY_MARGIN", c.SafetyMargin, w.SafetyMargin},
+		{"MIGHTYETL_RETRY_BASE_DELAY", c.RetryBaseDelay, w.RetryBaseDelay},
+		{"MIGHTYETL_RETRY_MAX_DELAY", c.RetryMaxDelay, w.RetryMaxDelay},
+		{"MIGHTYETL_SHUTDOWN_GRACE_PERIOD", c.ShutdownGrace, w.ShutdownGrace},
+		{"MIGHTYETL_MAX_JOB_DURATION", c.MaxJobDuration, w.MaxJobDuration},
+		{"MIGHTYETL_MAX_ATTEMPTS (worker and intake)", c.MaxAttempts, intake.Options{}.WithDefaults().MaxAttempts},
+		{"MIGHTYETL_WORKER_POLL_INTERVAL (intake's Retry-After)", c.PollInterval, httpapi.Options{}.WithDefaults().PollInterval},
 	} {
 		if d.config != d.library {
 			t.Errorf("%s: configuration default %v, library default %v", d.name, d.config, d.library)

@@ -9,6 +9,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/auth"
 	"github.com/mightyetl/mightyetl/internal/console"
 	"github.com/mightyetl/mightyetl/internal/intake"
+	"github.com/mightyetl/mightyetl/internal/worker"
 )
 
 // Payload limits (MIGHTYETL_MAX_PAYLOAD_BYTES): default 1 MiB, ceiling 64 MiB.
@@ -30,7 +31,7 @@ const (
 	DefaultHTTPAddr = "127.0.0.1:8080"
 	// DefaultWorkerPollInterval is MIGHTYETL_WORKER_POLL_INTERVAL's default
 	// (httpapi.DefaultPollInterval derives Retry-After from it).
-	DefaultWorkerPollInterval = time.Second
+	DefaultWorkerPollInterval = worker.DefaultPollInterval
 	// DefaultShutdownGrace is MIGHTYETL_SHUTDOWN_GRACE_PERIOD's default.
 	DefaultShutdownGrace = 30 * time.Second
 	// DefaultIntakeStatementTimeout is MIGHTYETL_INTAKE_STATEMENT_TIMEOUT's

@@ -8,10 +8,17 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/mightyetl/mightyetl/internal/intake"
+	"github.com/mightyetl/mightyetl/internal/worker"
 )
 
 // DefaultDatabaseURL points at the local PostgreSQL.
 const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/mightyetl"
+
+// DefaultMetricsAddr is MIGHTYETL_METRICS_ADDR's default: the worker's
+// metrics and health listener.
+const DefaultMetricsAddr = "127.0.0.1:9091"
 
 var ownerIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{8,128}$`)
 
@@ -56,22 +63,22 @@ func RegisterWorker(l *Loader, dst *Worker) {
 		}
 		return nil
 	})
-	l.Int(&dst.Concurrency, "MIGHTYETL_WORKER_CONCURRENCY", "concurrency", 8, 1, 10000, "execution slots")
-	l.Duration(&dst.PollInterval, "MIGHTYETL_WORKER_POLL_INTERVAL", "poll-interval", time.Second, 10*time.Millisecond, time.Hour, "fallback claim poll interval")
-	l.Duration(&dst.LeaseDuration, "MIGHTYETL_LEASE_DURATION", "lease-duration", 30*time.Second, time.Second, 24*time.Hour, "lease length (database clock)")
+	l.Int(&dst.Concurrency, "MIGHTYETL_WORKER_CONCURRENCY", "concurrency", worker.DefaultConcurrency, 1, 10000, "execution slots")
+	l.Duration(&dst.PollInterval, "MIGHTYETL_WORKER_POLL_INTERVAL", "poll-interval", worker.DefaultPollInterval, 10*time.Millisecond, time.Hour, "fallback claim poll interval")
+	l.Duration(&dst.LeaseDuration, "MIGHTYETL_LEASE_DURATION", "lease-duration", worker.DefaultLeaseDuration, time.Second, 24*time.Hour, "lease length (database clock)")
 	l.DerivedDuration(&dst.RenewInterval, "MIGHTYETL_LEASE_RENEW_INTERVAL", "renew-interval",
 		func() time.Duration { return RenewIntervalFor(dst.LeaseDuration) }, time.Millisecond, 24*time.Hour,
 		"lease renewal interval (default: a third of the lease, whole milliseconds)")
 	l.DerivedDuration(&dst.SafetyMargin, "MIGHTYETL_LEASE_SAFETY_MARGIN", "safety-margin",
 		func() time.Duration { return SafetyMarginFor(dst.LeaseDuration) }, 0, 24*time.Hour,
 		"minimum lease time kept in hand (default: a sixth of the lease, whole milliseconds)")
-	l.Int(&dst.MaxAttempts, "MIGHTYETL_MAX_ATTEMPTS", "max-attempts", 3, 1, 100, "attempts per job")
-	l.Duration(&dst.RetryBaseDelay, "MIGHTYETL_RETRY_BASE_DELAY", "retry-base-delay", time.Second, 0, time.Hour, "backoff base")
-	l.Duration(&dst.RetryMaxDelay, "MIGHTYETL_RETRY_MAX_DELAY", "retry-max-delay", 5*time.Minute, 0, 24*time.Hour, "backoff cap")
-	l.Duration(&dst.ShutdownGrace, "MIGHTYETL_SHUTDOWN_GRACE_PERIOD", "shutdown-grace", 30*time.Second, 0, time.Hour, "wait for running jobs on shutdown")
-	l.String(&dst.MetricsAddr, "MIGHTYETL_METRICS_ADDR", "metrics-addr", "127.0.0.1:9091", "metrics and health listen address", nonEmpty)
-	l.Int(&dst.MaxBatchRecords, "MIGHTYETL_MAX_BATCH_RECORDS", "max-batch-records", 1000, 1, 100000, "records per job")
-	l.Duration(&dst.MaxJobDuration, "MIGHTYETL_MAX_JOB_DURATION", "max-job-duration", 6*time.Hour, time.Second, 7*24*time.Hour, "longest one attempt of a job may run; past it the job fails etl_job_timeout")
+	l.Int(&dst.MaxAttempts, "MIGHTYETL_MAX_ATTEMPTS", "max-attempts", intake.DefaultMaxAttempts, 1, 100, "attempts per job")
+	l.Duration(&dst.RetryBaseDelay, "MIGHTYETL_RETRY_BASE_DELAY", "retry-base-delay", worker.DefaultRetryBaseDelay, 0, time.Hour, "backoff base")
+	l.Duration(&dst.RetryMaxDelay, "MIGHTYETL_RETRY_MAX_DELAY", "retry-max-delay", worker.DefaultRetryMaxDelay, 0, 24*time.Hour, "backoff cap")
+	l.Duration(&dst.ShutdownGrace, "MIGHTYETL_SHUTDOWN_GRACE_PERIOD", "shutdown-grace", worker.DefaultShutdownGrace, 0, time.Hour, "wait for running jobs on shutdown")
+	l.String(&dst.MetricsAddr, "MIGHTYETL_METRICS_ADDR", "metrics-addr", DefaultMetricsAddr, "metrics and health listen address", nonEmpty)
+	l.Int(&dst.MaxBatchRecords, "MIGHTYETL_MAX_BATCH_RECORDS", "max-batch-records", intake.DefaultMaxBatchRecords, 1, 100000, "records per job")
+	l.Duration(&dst.MaxJobDuration, "MIGHTYETL_MAX_JOB_DURATION", "max-job-duration", worker.DefaultMaxJobDuration, time.Second, 7*24*time.Hour, "longest one attempt of a job may run; past it the job fails etl_job_timeout")
 	RegisterNATS(l, &dst.NATS)
 }
 
