@@ -153,6 +153,14 @@ type req struct {
 
 func (e *env) do(r req) response {
 	e.t.Helper()
+	return e.send(e.request(r))
+}
+
+// request builds r against the test server: the principal's test
+// credentials, the Idempotency-Key, a JSON Content-Type with a body, then
+// r.Header (an empty value deletes the header).
+func (e *env) request(r req) *http.Request {
+	e.t.Helper()
 	var body io.Reader
 	if r.Body != "" {
 		body = strings.NewReader(r.Body)
@@ -177,7 +185,7 @@ func (e *env) do(r req) response {
 		}
 		hr.Header.Set(k, v)
 	}
-	return e.send(hr)
+	return hr
 }
 
 func (e *env) send(hr *http.Request) response {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net/http"
 	"sort"
 	"strings"
 	"testing"
@@ -129,22 +128,7 @@ func TestOpenAPIContract(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, r := range cases {
-		hr, err := http.NewRequest(r.Method, e.srv.URL+r.Path, strings.NewReader(r.Body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Principal != "" {
-			hr.Header.Set("Authorization", "Test "+r.Principal)
-		}
-		if r.Key != "" {
-			hr.Header.Set("Idempotency-Key", r.Key)
-		}
-		if r.Body != "" {
-			hr.Header.Set("Content-Type", "application/json")
-		}
-		for k, v := range r.Header {
-			hr.Header.Set(k, v)
-		}
+		hr := e.request(r)
 		res := e.send(hr.Clone(context.Background()))
 		route, params, err := router.FindRoute(hr)
 		if err != nil {
