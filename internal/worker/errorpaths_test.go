@@ -252,14 +252,7 @@ func TestJobPastItsMaximumDurationFailsWithJobTimeout(t *testing.T) {
 	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
 	ids := pgtest.InsertJobs(t, pool, pg.NewJob{Kind: pg.KindDiagnostic, Payload: `{}`})
-	causes := make(chan error, 1)
-	handlers := map[string]worker.Handler{
-		pg.KindDiagnostic: func(hctx context.Context, _ *lease.Claim) (worker.Output, error) {
-			<-hctx.Done()
-			causes <- context.Cause(hctx)
-			return worker.Output{}, context.Cause(hctx)
-		},
-	}
+	handlers, causes := untilCancelled()
 	cfg := fastConfig()
 	cfg.MaxJobDuration = 300 * time.Millisecond
 	h := newWorkerWith(t, url, cfg, worker.TestHooks{}, harnessOptions{handlers: handlers})

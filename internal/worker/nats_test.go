@@ -47,6 +47,20 @@ func subscribe(t *testing.T, nc *nats.Conn, prefix string, w *worker.Worker) {
 	}
 }
 
+// startNATSWorker starts pool's outbox relay and a worker of cfg on url
+// subscribed to its wake-ups and revocations, on the shared test NATS server
+// under a subject prefix of the test's own.
+func startNATSWorker(t *testing.T, pool *pgxpool.Pool, url string, cfg worker.Config) *harness {
+	t.Helper()
+	nc := natstest.Connect(t, natstest.URL(t))
+	prefix := natstest.Prefix(t)
+	startRelay(t, pool, nc, prefix)
+	h := newWorker(t, url, cfg, worker.TestHooks{})
+	subscribe(t, nc, prefix, h.w)
+	h.start(t)
+	return h
+}
+
 // cancelJob cancels a fixture job (owner pgtest.DefaultFixtureOwner) by the
 // product statement, as the intake does: the job ends CANCELLED with its
 // lifecycle and, when it was RUNNING, revocation outbox rows.
@@ -73,14 +87,9 @@ func cancelWhileRunning(t *testing.T, h *harness, pool *pgxpool.Pool) uuid.UUID 
 func TestWakeupDeliversJobLongBeforePoll(t *testing.T) {
 	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
-	nc := natstest.Connect(t, natstest.URL(t))
-	prefix := natstest.Prefix(t)
-	startRelay(t, pool, nc, prefix)
 	cfg := fastConfig()
 	cfg.PollInterval = 30 * time.Second
-	h := newWorker(t, url, cfg, worker.TestHooks{})
-	subscribe(t, nc, prefix, h.w)
-	h.start(t)
+	h := startNATSWorker(t, pool, url, cfg)
 	// After the producer's start-up claim round only a wake-up (or a poll
 	// 30s away) can bring the job.
 	if n := <-h.sig.Claimed; n != 0 {
@@ -100,13 +109,7 @@ func TestWakeupDeliversJobLongBeforePoll(t *testing.T) {
 func TestCancelledRunningJobStopsThroughNATSRevocation(t *testing.T) {
 	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
-	nc := natstest.Connect(t, natstest.URL(t))
-	prefix := natstest.Prefix(t)
-	startRelay(t, pool, nc, prefix)
-	cfg := fastConfig() // renewals every 10s: a stop within a second came from NATS
-	h := newWorker(t, url, cfg, worker.TestHooks{})
-	subscribe(t, nc, prefix, h.w)
-	h.start(t)
+	h := startNATSWorker(t, pool, url, fastConfig()) // renewals every 10s: a stop within a second came from NATS
 	id := cancelWhileRunning(t, h, pool)
 	if v := testutil.ToFloat64(h.m.ClaimsLost.WithLabelValues(metrics.LostRevoked)); v != 1 {
 		t.Fatalf("lost via revocation %v, want 1", v)

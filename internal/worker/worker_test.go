@@ -174,6 +174,19 @@ func wantJob(t *testing.T, pool *pgxpool.Pool, id uuid.UUID, status string, atte
 	}
 }
 
+// untilCancelled is a diagnostic handler that runs until its context ends,
+// then sends the cause (once) to causes and returns it.
+func untilCancelled() (handlers map[string]worker.Handler, causes <-chan error) {
+	ch := make(chan error, 1)
+	return map[string]worker.Handler{
+		pg.KindDiagnostic: func(hctx context.Context, _ *lease.Claim) (worker.Output, error) {
+			<-hctx.Done()
+			ch <- context.Cause(hctx)
+			return worker.Output{}, context.Cause(hctx)
+		},
+	}, ch
+}
+
 func fastConfig() worker.Config {
 	return worker.Config{Concurrency: 8, PollInterval: 20 * time.Millisecond, LeaseDuration: 30 * time.Second,
 		RenewInterval: 10 * time.Second, SafetyMargin: 5 * time.Second, RetryBaseDelay: time.Millisecond,
@@ -460,14 +473,7 @@ func TestRevocationStopsTheHandlerOnlyWhenTheDatabaseSaysSo(t *testing.T) {
 	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
 	ids := pgtest.InsertJobs(t, pool, pg.NewJob{Kind: pg.KindDiagnostic, Payload: `{}`})
-	causes := make(chan error, 1)
-	handlers := map[string]worker.Handler{
-		pg.KindDiagnostic: func(hctx context.Context, _ *lease.Claim) (worker.Output, error) {
-			<-hctx.Done()
-			causes <- context.Cause(hctx)
-			return worker.Output{}, context.Cause(hctx)
-		},
-	}
+	handlers, causes := untilCancelled()
 	h := newWorkerWith(t, url, fastConfig(), worker.TestHooks{}, harnessOptions{handlers: handlers})
 	h.start(t)
 	testwait.For(t, 30*time.Second, "running", func() bool { return h.w.Running() == 1 })
