@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -17,6 +18,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/health"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/startstop"
 	"github.com/mightyetl/mightyetl/internal/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +27,9 @@ import (
 
 // WorkerProcess is a whole worker process: its two pools, the Worker, and
 // the metrics/health server. cmd/worker and `etlctl dev` both run one.
+// Start and Stop follow internal/startstop; the process owns its pools and
+// listener and closes them when it stops (also at a Stop before Start, or
+// when Start failed).
 type WorkerProcess struct {
 	Worker   *worker.Worker
 	Registry *prometheus.Registry
@@ -35,6 +40,11 @@ type WorkerProcess struct {
 	log      *slog.Logger
 	cfg      config.Worker
 	nc       *nats.Conn
+
+	ss startstop.Base
+	// closeOnce closes the listener and the pools: at the end of the stop,
+	// after a failed Start, or at a Stop before Start.
+	closeOnce sync.Once
 }
 
 // ErrSchemaBehind means the database schema is not at the version this
@@ -153,19 +163,35 @@ func OpenPools(ctx context.Context, databaseURL string, concurrency int, stmtTim
 }
 
 // Start connects NATS (when configured) and starts the worker and the
-// metrics server.
+// metrics server. An error leaves nothing running and the pools closed; a
+// second Start returns startstop.ErrAlreadyStarted, a Start after Stop
+// startstop.ErrStopped.
 func (p *WorkerProcess) Start(ctx context.Context) error {
-	if err := p.connectNATS(ctx); err != nil {
-		return err
-	}
-	if p.server != nil {
-		go func() {
-			if err := p.server.Serve(p.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				p.log.Error("metrics server stopped", "error_class", "listen")
+	return p.ss.Start(ctx, func(ctx context.Context) (startstop.StopFunc, error) {
+		if err := p.connectNATS(ctx); err != nil {
+			p.close()
+			return nil, err
+		}
+		if err := p.Worker.Start(ctx); err != nil {
+			if p.nc != nil {
+				p.nc.Close()
 			}
-		}()
-	}
-	return p.Worker.Start(ctx)
+			p.close()
+			return nil, err
+		}
+		served := make(chan struct{})
+		if p.server != nil {
+			go func() {
+				defer close(served)
+				if err := p.server.Serve(p.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					p.log.Error("metrics server stopped", "error_class", "listen")
+				}
+			}()
+		} else {
+			close(served)
+		}
+		return func(ctx context.Context) error { return p.stop(ctx, served) }, nil
+	})
 }
 
 // MetricsAddr is the metrics listener's address, or "" when not serving.
@@ -176,16 +202,49 @@ func (p *WorkerProcess) MetricsAddr() string {
 	return p.listener.Addr().String()
 }
 
-// Stop drains the worker (see worker.Worker.Stop), then closes the server and pools.
-func (p *WorkerProcess) Stop(ctx context.Context) error {
+// stop drains the worker until ctx ends (see worker.Worker.Stop), then
+// closes NATS, the metrics server and, once the worker finished (it may
+// still hold connections after a cut-short stop), the pools. It returns the
+// worker's stop error.
+func (p *WorkerProcess) stop(ctx context.Context, served <-chan struct{}) error {
 	err := p.Worker.Stop(ctx)
+	if ctx.Err() != nil {
+		// Cut short: the worker's stop goes on and may still hold pool
+		// connections; wait for it before closing the pools.
+		_ = p.Worker.Stop(context.WithoutCancel(ctx))
+	}
 	if p.nc != nil {
 		p.nc.Close()
 	}
 	if p.server != nil {
-		_ = p.server.Shutdown(ctx)
+		if p.server.Shutdown(ctx) != nil {
+			_ = p.server.Close()
+		}
 	}
-	p.exec.Close()
-	p.renew.Close()
+	<-served
+	p.close()
+	return err
+}
+
+// close closes the pools and an unserved listener, once.
+func (p *WorkerProcess) close() {
+	p.closeOnce.Do(func() {
+		if p.listener != nil {
+			_ = p.listener.Close() // already closed when the server served it
+		}
+		p.exec.Close()
+		p.renew.Close()
+	})
+}
+
+// Stop drains the worker, then closes the metrics server and the pools. It
+// returns ctx.Err() when ctx ends first (the stop goes on in the background;
+// a later Stop waits for it). Safe to call twice, concurrently, and before
+// Start (which then only closes the pools).
+func (p *WorkerProcess) Stop(ctx context.Context) error {
+	err := p.ss.Stop(ctx)
+	if err == nil && !p.ss.Started() {
+		p.close() // never started: nothing else closes them
+	}
 	return err
 }
