@@ -15,6 +15,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/pgtest"
 )
 
 func cancelReq(principal, id, key string) req {
@@ -152,7 +153,7 @@ func TestCancelRunning(t *testing.T) {
 		}); err != nil {
 			return err
 		}
-		_, err := lease.SucceedOne(ctx, tx, c.Ref)
+		_, err := pgtest.SucceedOne(ctx, tx, c.Ref)
 		return err
 	})
 	if err != lease.ErrLost {
@@ -193,7 +194,7 @@ func TestCancelAfterSuccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lease.SucceedOne(ctx, tx, c.Ref); err != nil {
+	if _, err := pgtest.SucceedOne(ctx, tx, c.Ref); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan response, 1)

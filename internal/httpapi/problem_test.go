@@ -53,7 +53,7 @@ func finishJob(t testing.TB, e *env, principal, key, status string) string {
 	switch status {
 	case pg.StatusSucceeded:
 		err := pg.WithTx(ctx, e.pool, func(tx pgx.Tx) error {
-			_, err := lease.SucceedOne(ctx, tx, c.Ref)
+			_, err := pgtest.SucceedOne(ctx, tx, c.Ref)
 			return err
 		})
 		if err != nil {

@@ -36,7 +36,7 @@ func TestNoLeaseCanOverwriteCancelled(t *testing.T) {
 		if err := lease.Release(ctx, pool, c.Ref); !errors.Is(err, lease.ErrLost) {
 			t.Errorf("release: %v", err)
 		}
-		err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error { _, err := lease.SucceedOne(ctx, tx, c.Ref); return err })
+		err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error { _, err := pgtest.SucceedOne(ctx, tx, c.Ref); return err })
 		if !errors.Is(err, lease.ErrLost) {
 			t.Errorf("succeed: %v", err)
 		}

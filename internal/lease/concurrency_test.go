@@ -286,7 +286,7 @@ func TestExpiredLeaseCannotWriteEvenUnclaimed(t *testing.T) {
 	})
 	t.Run("succeed", func(t *testing.T) {
 		err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
-			_, err := lease.SucceedOne(ctx, tx, c[4].Ref)
+			_, err := pgtest.SucceedOne(ctx, tx, c[4].Ref)
 			return err
 		})
 		if !errors.Is(err, lease.ErrLost) {

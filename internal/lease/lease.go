@@ -475,19 +475,6 @@ func Succeed(ctx context.Context, tx pg.DBTX, ownerID string, refs []Ref) ([]Won
 	return won, nil
 }
 
-// SucceedOne is Succeed for a single lease; it returns ErrLost when the lease
-// did not match.
-func SucceedOne(ctx context.Context, tx pg.DBTX, ref Ref) (Won, error) {
-	won, err := Succeed(ctx, tx, ref.OwnerID, []Ref{ref})
-	if err != nil {
-		return Won{}, err
-	}
-	if len(won) == 0 {
-		return Won{}, ErrLost
-	}
-	return won[0], nil
-}
-
 // requeueMoved is the CTE that moves the claim-queue row of a job the
 // statement's "moved" CTE returned to PENDING to its new available_at.
 const requeueMoved = `requeued AS (

@@ -93,7 +93,7 @@ func TestExpiredLeaseIsReclaimedWithGreaterTokenAndOldTokenIsFenced(t *testing.T
 		t.Errorf("old release: %v", err)
 	}
 	err = pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
-		_, err := lease.SucceedOne(ctx, tx, old.Ref)
+		_, err := pgtest.SucceedOne(ctx, tx, old.Ref)
 		return err
 	})
 	if !errors.Is(err, lease.ErrLost) {
@@ -113,7 +113,7 @@ func TestExpiredLeaseIsReclaimedWithGreaterTokenAndOldTokenIsFenced(t *testing.T
 		t.Fatalf("status %s", s)
 	}
 	err = pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
-		_, err := lease.SucceedOne(ctx, tx, next[0].Ref)
+		_, err := pgtest.SucceedOne(ctx, tx, next[0].Ref)
 		return err
 	})
 	if err != nil {
@@ -188,7 +188,7 @@ func TestRenewExtendsOnlyLiveExactLeases(t *testing.T) {
 	cs := claim(t, pool, "worker-aaaa", 3, 2*time.Second).Claimed
 	ctx := context.Background()
 	// Finish one and fail another: only the third may renew.
-	if err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error { _, err := lease.SucceedOne(ctx, tx, cs[0].Ref); return err }); err != nil {
+	if err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error { _, err := pgtest.SucceedOne(ctx, tx, cs[0].Ref); return err }); err != nil {
 		t.Fatal(err)
 	}
 	if err := lease.Fail(ctx, pool, cs[1].Ref, "etl_target_failure"); err != nil {

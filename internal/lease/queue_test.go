@@ -71,7 +71,7 @@ func TestEveryTransitionKeepsTheClaimQueueInStep(t *testing.T) {
 
 	// Success and failure remove the row; retry and release move it to the
 	// new available_at.
-	if _, err := lease.SucceedOne(ctx, pool, res.Claimed[0].Ref); err != nil {
+	if _, err := pgtest.SucceedOne(ctx, pool, res.Claimed[0].Ref); err != nil {
 		t.Fatal(err)
 	}
 	if err := lease.Fail(ctx, pool, res.Claimed[1].Ref, "etl_target_failure"); err != nil {
@@ -137,7 +137,7 @@ func TestClaimRechecksTheJobRowNotTheQueueHint(t *testing.T) {
 	if got := claim(t, pool, "worker-hint-b", 1, time.Hour); len(got.Claimed) != 0 || got.Exhausted != 0 {
 		t.Fatalf("a live lease was taken through a stale queue hint: %+v", got)
 	}
-	if _, err := lease.SucceedOne(ctx, pool, first.Claimed[0].Ref); err != nil {
+	if _, err := pgtest.SucceedOne(ctx, pool, first.Claimed[0].Ref); err != nil {
 		t.Fatalf("the live lease lost authority: %v", err)
 	}
 }

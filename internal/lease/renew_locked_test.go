@@ -33,7 +33,7 @@ func TestRenewSkipsLockedRowsAndReportsThemBusy(t *testing.T) {
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 	// The holder: a fenced success in an open transaction, as a completer's.
-	if _, err := lease.SucceedOne(ctx, tx, held.Ref); err != nil {
+	if _, err := pgtest.SucceedOne(ctx, tx, held.Ref); err != nil {
 		t.Fatal(err)
 	}
 

@@ -91,7 +91,7 @@ func TestWorkerRoleRunsLeasesAndNothingMore(t *testing.T) {
 		t.Fatalf("renew as worker role: %v", err)
 	}
 	if err := asWorker(func(tx pgx.Tx) error {
-		won, err := lease.SucceedOne(ctx, tx, c.Ref)
+		won, err := pgtest.SucceedOne(ctx, tx, c.Ref)
 		if err != nil {
 			return err
 		}
