@@ -108,13 +108,7 @@ func InsertN(t testing.TB, db pg.DBTX, n int, like pg.NewJob) []uuid.UUID {
 // It fails t unless the job was RUNNING.
 func ExpireLease(t testing.TB, db pg.DBTX, id uuid.UUID, ago time.Duration) {
 	t.Helper()
-	tag, err := db.Exec(context.Background(), ExpireLeaseSQL, id, ago.Microseconds())
-	if err != nil {
-		t.Fatalf("pgtest: expire lease: %v", err)
-	}
-	if tag.RowsAffected() != 1 {
-		t.Fatalf("pgtest: expire lease: the job is not RUNNING")
-	}
+	moveOne(t, db, ExpireLeaseSQL, id, ago, "expire lease", pg.StatusRunning)
 }
 
 // MakeAvailable moves the available_at of PENDING job id (and its
@@ -122,12 +116,19 @@ func ExpireLease(t testing.TB, db pg.DBTX, id uuid.UUID, ago time.Duration) {
 // (MakeAvailableSQL). It fails t unless the job was PENDING.
 func MakeAvailable(t testing.TB, db pg.DBTX, id uuid.UUID, ago time.Duration) {
 	t.Helper()
-	tag, err := db.Exec(context.Background(), MakeAvailableSQL, id, ago.Microseconds())
+	moveOne(t, db, MakeAvailableSQL, id, ago, "make available", pg.StatusPending)
+}
+
+// moveOne runs one of the pastEligibilitySQL statements for job id and
+// fails t unless it moved that job (which must be in status).
+func moveOne(t testing.TB, db pg.DBTX, sql string, id uuid.UUID, ago time.Duration, what, status string) {
+	t.Helper()
+	tag, err := db.Exec(context.Background(), sql, id, ago.Microseconds())
 	if err != nil {
-		t.Fatalf("pgtest: make available: %v", err)
+		t.Fatalf("pgtest: %s: %v", what, err)
 	}
 	if tag.RowsAffected() != 1 {
-		t.Fatalf("pgtest: make available: the job is not PENDING")
+		t.Fatalf("pgtest: %s: the job is not %s", what, status)
 	}
 }
 
