@@ -33,7 +33,7 @@ const (
 	// deployment; library users may still set them.
 	DefaultFinishBatch    = 256
 	DefaultCompleters     = 2
-	DefaultClaimCooldown  = time.Millisecond
+	DefaultClaimCooldown  = 500 * time.Microsecond
 	DefaultFinishLinger   = 2 * time.Millisecond
 	DefaultFinishMaxRows  = 20000
 	DefaultFinishMaxBytes = 16 << 20
