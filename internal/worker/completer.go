@@ -57,7 +57,8 @@ func (g *group) add(c *Config, req *finishReq) bool {
 	return true
 }
 
-// completer commits successful results in finish groups, on Completers
+// Completer is the worker role that commits successful results in finish
+// groups, on Completers
 // goroutines of its own: whatever is queued when a group starts forming,
 // plus what arrives within FinishLinger of its first result, up to the group
 // bounds, shares one transaction. A result that does not fit starts the next
@@ -72,7 +73,7 @@ func (g *group) add(c *Config, req *finishReq) bool {
 //
 // Start it before the executor pool and Stop it after: every finish request
 // is answered before Stop returns.
-type completer struct {
+type Completer struct {
 	base   startstop.Base
 	cfg    *Config
 	db     *pgxpool.Pool
@@ -99,13 +100,13 @@ type completer struct {
 	carry  *finishReq
 }
 
-func newCompleter(cfg *Config, db *pgxpool.Pool, claims *claimSet, m *metrics.Worker, sig *testSignals) *completer {
-	return &completer{cfg: cfg, db: db, claims: claims, m: m, sig: sig, notify: pg.NewOutboxNotifier(db),
+func newCompleter(cfg *Config, db *pgxpool.Pool, claims *claimSet, m *metrics.Worker, sig *testSignals) *Completer {
+	return &Completer{cfg: cfg, db: db, claims: claims, m: m, sig: sig, notify: pg.NewOutboxNotifier(db),
 		finishQ: make(chan *finishReq, cfg.Concurrency), stopping: make(chan struct{})}
 }
 
 // Start launches the Completers goroutines.
-func (cp *completer) Start(ctx context.Context) error {
+func (cp *Completer) Start(ctx context.Context) error {
 	return cp.base.Start(ctx, func(ctx context.Context) (startstop.StopFunc, error) {
 		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		cp.ctx = ctx
@@ -128,20 +129,20 @@ func (cp *completer) Start(ctx context.Context) error {
 
 // Stop stops the completer goroutines and waits for them (startstop
 // semantics). Call it only once no finish is pending.
-func (cp *completer) Stop(ctx context.Context) error { return cp.base.Stop(ctx) }
+func (cp *Completer) Stop(ctx context.Context) error { return cp.base.Stop(ctx) }
 
 // Done is closed once Stop finished (startstop.Base.Done).
-func (cp *completer) Done() <-chan struct{} { return cp.base.Done() }
+func (cp *Completer) Done() <-chan struct{} { return cp.base.Done() }
 
 // finish hands a successful result to the completers and waits for its
 // group to commit (finisher).
-func (cp *completer) finish(r *running, out Output) error {
+func (cp *Completer) finish(r *running, out Output) error {
 	req := newFinishReq(r, out)
 	cp.finishQ <- req
 	return <-req.reply
 }
 
-func (cp *completer) loop() {
+func (cp *Completer) loop() {
 	g := &group{reqs: make([]*finishReq, 0, cp.cfg.FinishBatch)}
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
@@ -155,7 +156,7 @@ func (cp *completer) loop() {
 
 // formGroup gathers the next group into g under formMu and reports false
 // when the completer stops with nothing gathered.
-func (cp *completer) formGroup(g *group, linger *time.Timer) bool {
+func (cp *Completer) formGroup(g *group, linger *time.Timer) bool {
 	cp.formMu.Lock()
 	defer cp.formMu.Unlock()
 	first := cp.carry
@@ -211,7 +212,7 @@ drain:
 // commitGroup commits a group; if the group fails for a reason other than an
 // unavailable database, each job is tried alone so one bad job cannot block
 // the others.
-func (cp *completer) commitGroup(batch []*finishReq, rows int) {
+func (cp *Completer) commitGroup(batch []*finishReq, rows int) {
 	cp.sig.finishGroup.signal([2]int{len(batch), rows})
 	cp.setFinishing(batch, true)
 	err := cp.commitFinish(batch)
@@ -235,7 +236,7 @@ func (cp *completer) commitGroup(batch []*finishReq, rows int) {
 
 // setFinishing marks the claims of batch as held by a completer, or no
 // longer (see claimSet.setFinishing).
-func (cp *completer) setFinishing(batch []*finishReq, on bool) {
+func (cp *Completer) setFinishing(batch []*finishReq, on bool) {
 	rs := make([]*running, len(batch))
 	for i, req := range batch {
 		rs[i] = req.r
@@ -254,7 +255,7 @@ func (cp *completer) setFinishing(batch []*finishReq, on bool) {
 // SUCCEEDED row and its processed_data rows (keyed by job id), and no
 // endpoint ever read the ledger text of a durable job. The ledger remains the
 // synchronous path's idempotency store (docs/architecture.md).
-func (cp *completer) commitFinish(batch []*finishReq) error {
+func (cp *Completer) commitFinish(batch []*finishReq) error {
 	refs := make([]lease.Ref, len(batch))
 	for i, req := range batch {
 		refs[i] = req.r.claim.Ref

@@ -1,15 +1,16 @@
 // Package worker runs claimed durable jobs. A Worker composes four roles,
 // each its own type with its own Start and Stop (internal/startstop), around
-// one record of the claims it holds (claimSet):
+// one record of the claims it holds (claimSet). New builds and wires them;
+// their constructors are internal:
 //
-//	producer      claims (lease.ClaimJobs) when a slot frees, a wake-up arrives or the poll interval
+//	Producer      claims (lease.ClaimJobs) when a slot frees, a wake-up arrives or the poll interval
 //	              passes, and hands each claim to the executor pool (launcher)
-//	executorPool  runs the handler for the job kind OUTSIDE any transaction, under a context that is
+//	ExecutorPool  runs the handler for the job kind OUTSIDE any transaction, under a context that is
 //	              cancelled (with a typed cause) as soon as the lease is known lost; then settles the
 //	              claim: a success goes to the completer (finisher), anything else is one fenced write
-//	completer     one short transaction per group: fenced success first (lease.Succeed), then the
+//	Completer     one short transaction per group: fenced success first (lease.Succeed), then the
 //	              target rows of the jobs that won; losers write nothing
-//	renewer       every RenewInterval one lease.Renew for all live claims on its own pool; zero rows
+//	Renewer       every RenewInterval one lease.Renew for all live claims on its own pool; zero rows
 //	              for a claim cancels its handler (ErrLeaseLost); database errors are retried only
 //	              while the worker's own conservative view of the lease leaves time (fail closed)
 //

@@ -31,7 +31,8 @@ type finisher interface {
 	finish(r *running, out Output) error
 }
 
-// executorPool runs launched claims to their outcome on a fixed pool of
+// ExecutorPool is the worker role that runs launched claims to their
+// outcome on a fixed pool of
 // maxLive() goroutines: at most Concurrency running handlers, the rest
 // settling outcomes (retry, failure, release, or waiting for a completer).
 // A fixed pool replaces a goroutine per job: the stacks stay grown, so a job
@@ -42,7 +43,7 @@ type finisher interface {
 // ShutdownGrace (or until its context ends) for the running claims, cancels
 // the rest with ErrShutdown, waits for them to release, and stops the
 // goroutines.
-type executorPool struct {
+type ExecutorPool struct {
 	base     startstop.Base
 	cfg      *Config
 	db       *pgxpool.Pool
@@ -66,13 +67,13 @@ type executorPool struct {
 }
 
 func newExecutorPool(cfg *Config, db *pgxpool.Pool, claims *claimSet, done finisher, handlers map[string]Handler,
-	m *metrics.Worker, log *slog.Logger, sig *testSignals) *executorPool {
-	return &executorPool{cfg: cfg, db: db, claims: claims, done: done, handlers: handlers, m: m, log: log, sig: sig,
+	m *metrics.Worker, log *slog.Logger, sig *testSignals) *ExecutorPool {
+	return &ExecutorPool{cfg: cfg, db: db, claims: claims, done: done, handlers: handlers, m: m, log: log, sig: sig,
 		runQ: make(chan *running, cfg.maxLive())}
 }
 
 // Start launches the executor goroutines.
-func (e *executorPool) Start(ctx context.Context) error {
+func (e *ExecutorPool) Start(ctx context.Context) error {
 	return e.base.Start(ctx, func(ctx context.Context) (startstop.StopFunc, error) {
 		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		e.ctx = ctx
@@ -108,13 +109,13 @@ func (e *executorPool) Start(ctx context.Context) error {
 }
 
 // Stop drains the pool (startstop semantics; see executorPool).
-func (e *executorPool) Stop(ctx context.Context) error { return e.base.Stop(ctx) }
+func (e *ExecutorPool) Stop(ctx context.Context) error { return e.base.Stop(ctx) }
 
 // Done is closed once Stop finished (startstop.Base.Done).
-func (e *executorPool) Done() <-chan struct{} { return e.base.Done() }
+func (e *ExecutorPool) Done() <-chan struct{} { return e.base.Done() }
 
 // launch records a claim and queues it for an executor.
-func (e *executorPool) launch(c lease.Claim, sent time.Time) {
+func (e *ExecutorPool) launch(c lease.Claim, sent time.Time) {
 	// The exemplar is the submit's trace: a slow pickup leads to the job.
 	var submit trace.SpanContext
 	if c.SubmitTraceparent != "" {
@@ -132,7 +133,7 @@ func (e *executorPool) launch(c lease.Claim, sent time.Time) {
 }
 
 // execute runs one claim to its outcome and settles it.
-func (e *executorPool) execute(ctx context.Context, r *running) {
+func (e *ExecutorPool) execute(ctx context.Context, r *running) {
 	defer e.inflight.Done()
 	defer e.claims.settle(r)
 	c := &r.claim
@@ -196,7 +197,7 @@ func stoppedByCancel(herr error) bool {
 }
 
 // runHandler calls the kind's handler, turning a panic into an internal failure.
-func (e *executorPool) runHandler(ctx context.Context, c *lease.Claim) (out Output, err error) {
+func (e *ExecutorPool) runHandler(ctx context.Context, c *lease.Claim) (out Output, err error) {
 	h := e.handlers[c.Kind]
 	if h == nil {
 		return Output{}, Permanent(CodeInternalError, errors.New("no handler for job kind"))
@@ -212,7 +213,7 @@ func (e *executorPool) runHandler(ctx context.Context, c *lease.Claim) (out Outp
 
 // finishFailure retries a transient failure while attempts remain, and fails
 // the job otherwise.
-func (e *executorPool) finishFailure(r *running, herr error) string {
+func (e *ExecutorPool) finishFailure(r *running, herr error) string {
 	c := &r.claim
 	var fe *Error
 	if !errors.As(herr, &fe) {
@@ -250,7 +251,7 @@ func (e *executorPool) finishFailure(r *running, herr error) string {
 //     the target refused (a constraint or trigger rejecting a row) fails the
 //     job at once with etl_target_failure, by a fenced write on this attempt;
 //     another write that fails so is abandoned to expire.
-func (e *executorPool) fencedWrite(r *running, success string, write func(ctx context.Context) error) string {
+func (e *ExecutorPool) fencedWrite(r *running, success string, write func(ctx context.Context) error) string {
 	for i := 0; ; i++ {
 		ctx, cancel := context.WithTimeout(e.ctx, e.cfg.StatementTimeout)
 		err := write(ctx)
@@ -286,7 +287,7 @@ func (e *executorPool) fencedWrite(r *running, success string, write func(ctx co
 // sleepWithinLease waits d unless that would pass the claim's conservative
 // deadline minus the renewer's guard, the claim is lost, or the worker is
 // being torn down; it reports whether it waited.
-func (e *executorPool) sleepWithinLease(r *running, d time.Duration) bool {
+func (e *ExecutorPool) sleepWithinLease(r *running, d time.Duration) bool {
 	deadline, lost := e.claims.deadline(r)
 	if lost || time.Until(deadline) < d+e.cfg.guard() {
 		return false
@@ -303,7 +304,7 @@ func (e *executorPool) sleepWithinLease(r *running, d time.Duration) bool {
 
 // classifyLost reads why a lease was lost: cancelled when the job is now
 // CANCELLED, stale otherwise.
-func (e *executorPool) classifyLost(r *running) string {
+func (e *ExecutorPool) classifyLost(r *running) string {
 	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
 	defer cancel()
 	st, err := lease.InspectLost(ctx, e.db, r.claim.JobID)
@@ -314,7 +315,7 @@ func (e *executorPool) classifyLost(r *running) string {
 	return metrics.OutcomeStale
 }
 
-func (e *executorPool) observeCancelToStop(r *running, returned time.Time) {
+func (e *ExecutorPool) observeCancelToStop(r *running, returned time.Time) {
 	// sinceCancel was read after the handler returned; subtract that gap.
 	d := r.sinceCancel - time.Since(returned)
 	if d < 0 {

@@ -21,11 +21,11 @@ type launcher interface {
 	launch(c lease.Claim, sent time.Time)
 }
 
-// producer claims jobs (lease.ClaimJobs) whenever slots are free and a
+// Producer is the worker role that claims jobs (lease.ClaimJobs) whenever slots are free and a
 // reason to look arrives: a wake-up, a freed slot, or the poll interval.
 // Start it once and Stop it once (startstop); Stop returns when no claim
 // statement runs any more.
-type producer struct {
+type Producer struct {
 	base   startstop.Base
 	cfg    *Config
 	db     *pgxpool.Pool
@@ -43,13 +43,13 @@ type producer struct {
 	stopping chan struct{}
 }
 
-func newProducer(cfg *Config, db *pgxpool.Pool, claims *claimSet, runner launcher, m *metrics.Worker, log *slog.Logger, sig *testSignals) *producer {
-	return &producer{cfg: cfg, db: db, claims: claims, runner: runner, m: m, log: log, sig: sig,
+func newProducer(cfg *Config, db *pgxpool.Pool, claims *claimSet, runner launcher, m *metrics.Worker, log *slog.Logger, sig *testSignals) *Producer {
+	return &Producer{cfg: cfg, db: db, claims: claims, runner: runner, m: m, log: log, sig: sig,
 		wake: make(chan struct{}, 1), stopping: make(chan struct{})}
 }
 
 // wakeUp asks the producer to claim now. Never blocks.
-func (p *producer) wakeUp() {
+func (p *Producer) wakeUp() {
 	select {
 	case p.wake <- struct{}{}:
 	default:
@@ -58,7 +58,7 @@ func (p *producer) wakeUp() {
 
 // Start launches the claim loop; claims run under a context detached from
 // ctx's cancellation and cancelled by Stop.
-func (p *producer) Start(ctx context.Context) error {
+func (p *Producer) Start(ctx context.Context) error {
 	return p.base.Start(ctx, func(ctx context.Context) (startstop.StopFunc, error) {
 		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		done := make(chan struct{})
@@ -76,12 +76,12 @@ func (p *producer) Start(ctx context.Context) error {
 }
 
 // Stop stops claiming and waits for the loop (startstop semantics).
-func (p *producer) Stop(ctx context.Context) error { return p.base.Stop(ctx) }
+func (p *Producer) Stop(ctx context.Context) error { return p.base.Stop(ctx) }
 
 // Done is closed once Stop finished (startstop.Base.Done).
-func (p *producer) Done() <-chan struct{} { return p.base.Done() }
+func (p *Producer) Done() <-chan struct{} { return p.base.Done() }
 
-func (p *producer) loop(ctx context.Context) {
+func (p *Producer) loop(ctx context.Context) {
 	poll := time.NewTicker(p.cfg.PollInterval)
 	defer poll.Stop()
 	cooldown := time.NewTimer(time.Hour)
@@ -116,7 +116,7 @@ func (p *producer) loop(ctx context.Context) {
 // runOnce claims up to the free slots and launches each claim. Claiming
 // repeats while full batches come back, so a backlog drains without waiting
 // for the poll.
-func (p *producer) runOnce(ctx context.Context) {
+func (p *Producer) runOnce(ctx context.Context) {
 	for {
 		select {
 		case <-p.stopping:

@@ -15,14 +15,15 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 )
 
-// renewer extends every live claim once per RenewInterval with one
+// Renewer is the worker role that extends every live claim once per
+// RenewInterval with one
 // statement, on its own goroutine and its own pool. It is a fixed-rate
 // schedule independent of the handlers: a handler that runs for hours never
 // delays it. It also confirms, at once, the claims revocations name.
 //
 // Start it before the executor pool and Stop it after: renewal never stops
 // while a claim is held, and never runs for a claim the worker abandoned.
-type renewer struct {
+type Renewer struct {
 	base   startstop.Base
 	cfg    *Config
 	db     *pgxpool.Pool // the renewal pool, never the execution pool
@@ -43,13 +44,13 @@ type renewer struct {
 	stopping chan struct{}
 }
 
-func newRenewer(cfg *Config, db *pgxpool.Pool, claims *claimSet, m *metrics.Worker, log *slog.Logger, sig *testSignals) *renewer {
-	return &renewer{cfg: cfg, db: db, claims: claims, m: m, log: log, sig: sig,
+func newRenewer(cfg *Config, db *pgxpool.Pool, claims *claimSet, m *metrics.Worker, log *slog.Logger, sig *testSignals) *Renewer {
+	return &Renewer{cfg: cfg, db: db, claims: claims, m: m, log: log, sig: sig,
 		recheckKick: make(chan struct{}, 1), stopping: make(chan struct{})}
 }
 
 // Start launches the renewal loop.
-func (rn *renewer) Start(ctx context.Context) error {
+func (rn *Renewer) Start(ctx context.Context) error {
 	return rn.base.Start(ctx, func(ctx context.Context) (startstop.StopFunc, error) {
 		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		rn.ctx = ctx
@@ -68,20 +69,20 @@ func (rn *renewer) Start(ctx context.Context) error {
 }
 
 // Stop stops renewing and waits for the loop (startstop semantics).
-func (rn *renewer) Stop(ctx context.Context) error { return rn.base.Stop(ctx) }
+func (rn *Renewer) Stop(ctx context.Context) error { return rn.base.Stop(ctx) }
 
 // Done is closed once Stop finished (startstop.Base.Done).
-func (rn *renewer) Done() <-chan struct{} { return rn.base.Done() }
+func (rn *Renewer) Done() <-chan struct{} { return rn.base.Done() }
 
 // recheckSoon wakes the renewer for the queued rechecks. Never blocks.
-func (rn *renewer) recheckSoon() {
+func (rn *Renewer) recheckSoon() {
 	select {
 	case rn.recheckKick <- struct{}{}:
 	default:
 	}
 }
 
-func (rn *renewer) loop() {
+func (rn *Renewer) loop() {
 	t := time.NewTicker(rn.cfg.RenewInterval)
 	defer t.Stop()
 	scheduled := time.Now().Add(rn.cfg.RenewInterval)
@@ -114,7 +115,7 @@ func (c *Config) guard() time.Duration { return min(time.Second, c.SafetyMargin/
 // error is retried with backoff only while some claim still has time by the
 // worker's conservative clock; a claim whose time runs out is declared lost
 // (fail closed), never assumed renewed.
-func (rn *renewer) renewOnce() {
+func (rn *Renewer) renewOnce() {
 	if rn.sig.beforeRenew != nil {
 		rn.sig.beforeRenew()
 	}
@@ -138,7 +139,7 @@ func (rn *renewer) renewOnce() {
 // claim still has time. Without (a revocation's check), one statement is
 // all: a claim it finds gone is lost as revoked (ErrRevoked), and anything
 // it could not decide is left to the next scheduled round.
-func (rn *renewer) renewClaims(pending []*running, retry bool) {
+func (rn *Renewer) renewClaims(pending []*running, retry bool) {
 	for attempt := 0; len(pending) > 0; attempt++ {
 		// Fail closed: claims without time left are lost, not renewed.
 		pending = rn.dropExpired(pending)
@@ -200,7 +201,7 @@ func (rn *renewer) renewClaims(pending []*running, retry bool) {
 
 // dropExpired declares lost every claim whose conservative deadline is within
 // the guard and returns the rest.
-func (rn *renewer) dropExpired(rs []*running) []*running {
+func (rn *Renewer) dropExpired(rs []*running) []*running {
 	keep := rs[:0]
 	for _, r := range rs {
 		rn.claims.mu.Lock()
@@ -222,7 +223,7 @@ func (rn *renewer) dropExpired(rs []*running) []*running {
 // that were busy (not renewed this time, still held by the database).
 // A claim handed to a completer meanwhile is left alone: its finish decides,
 // and a lease that the finish ended is not stale.
-func (rn *renewer) applyRenewals(rs []*running, res []lease.Renewal, sent time.Time, revoked bool) []*running {
+func (rn *Renewer) applyRenewals(rs []*running, res []lease.Renewal, sent time.Time, revoked bool) []*running {
 	var busy []*running
 	for i, r := range rs {
 		rn.claims.mu.Lock()

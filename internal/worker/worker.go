@@ -160,10 +160,10 @@ type Worker struct {
 	log  *slog.Logger
 
 	claims    *claimSet
-	producer  *producer
-	executors *executorPool
-	completer *completer
-	renewer   *renewer
+	producer  *Producer
+	executors *ExecutorPool
+	completer *Completer
+	renewer   *Renewer
 
 	// signals are the test seams (unset in production; export_test.go).
 	signals testSignals
