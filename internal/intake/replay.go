@@ -66,13 +66,7 @@ func (s *Service) Replay(ctx context.Context, req ReplayRequest) (ReplayResult, 
 		RequestDigest:      RequestDigest(req.Body),
 		Payload:            string(req.Body),
 	})
-	if err != nil {
-		return ReplayResult{}, replayError(err)
-	}
-	if out.Created {
-		s.notify.Kick()
-	}
-	return ReplayResult{Job: out.Job, Replayed: !out.Created}, nil
+	return s.replayResult(out, err)
 }
 
 // OperatorReplayRequest asks, as an operator, to run any owner's FAILED or
@@ -111,6 +105,13 @@ func (s *Service) OperatorReplay(ctx context.Context, req OperatorReplayRequest)
 		RequestDigest:     RequestDigest(req.Body),
 		Payload:           string(req.Body),
 	})
+	return s.replayResult(out, err)
+}
+
+// replayResult reports a replay store call: a created replay job wakes the
+// outbox relays (its job_available group row does not notify at commit,
+// migration 00013).
+func (s *Service) replayResult(out pg.ReplayOutcome, err error) (ReplayResult, error) {
 	if err != nil {
 		return ReplayResult{}, replayError(err)
 	}

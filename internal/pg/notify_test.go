@@ -21,14 +21,7 @@ func TestOutboxNotifiesAtCommitOnlyForSingleJobRows(t *testing.T) {
 	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
 	ctx := context.Background()
-	listener, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Close(ctx)
-	if _, err := listener.Exec(ctx, "LISTEN "+pg.OutboxNotifyChannel); err != nil {
-		t.Fatal(err)
-	}
+	listener := listenOutbox(t, url)
 	if _, err := lease.ClaimJobs(ctx, pool, lease.ClaimParams{OwnerID: "silent-claimer", Limit: 10, LeaseDuration: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
@@ -74,14 +67,7 @@ func TestOutboxNotifierWakesListeners(t *testing.T) {
 	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
 	ctx := context.Background()
-	listener, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Close(ctx)
-	if _, err := listener.Exec(ctx, "LISTEN "+pg.OutboxNotifyChannel); err != nil {
-		t.Fatal(err)
-	}
+	listener := listenOutbox(t, url)
 	n := pg.NewOutboxNotifier(pool)
 	var nilNotifier *pg.OutboxNotifier
 	nilNotifier.Kick() // a nil notifier does nothing
@@ -98,4 +84,20 @@ func TestOutboxNotifierWakesListeners(t *testing.T) {
 	if got.Channel != pg.OutboxNotifyChannel {
 		t.Fatalf("wake-up on channel %q, want %q", got.Channel, pg.OutboxNotifyChannel)
 	}
+}
+
+// listenOutbox returns a connection to url that LISTENs on the outbox
+// channel, closed when t ends.
+func listenOutbox(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	listener, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { listener.Close(ctx) })
+	if _, err := listener.Exec(ctx, "LISTEN "+pg.OutboxNotifyChannel); err != nil {
+		t.Fatal(err)
+	}
+	return listener
 }
