@@ -56,6 +56,10 @@ func (h *harness) intake(ctx context.Context) ([]Result, error) {
 	if err != nil {
 		return []Result{res}, err
 	}
+	if err := svc.Start(ctx); err != nil {
+		return []Result{res}, err
+	}
+	defer func() { _ = svc.Stop(context.WithoutCancel(ctx)) }()
 	srv, err := httpapi.NewServer(httpapi.Options{Addr: "127.0.0.1:0", Service: svc, Authenticator: benchAuth{}, Pool: h.pool})
 	if err != nil {
 		return []Result{res}, err

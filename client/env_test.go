@@ -119,6 +119,10 @@ func newStack(t *testing.T, withWorker bool, opts ...stackOption) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := in.Service.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = in.Service.Stop(context.Background()) })
 	h := in.Server.Handler()
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if f := s.wrap.Load(); f != nil {

@@ -198,13 +198,18 @@ func processConcurrency(conns int32) int { return max(1, int(conns)/2) }
 // startstop.ErrAlreadyStarted, a Start after Stop startstop.ErrStopped.
 func (in *Intake) Start(ctx context.Context) error {
 	return in.ss.Start(ctx, func(ctx context.Context) (startstop.StopFunc, error) {
+		if err := in.Service.Start(ctx); err != nil {
+			return nil, err
+		}
 		if err := in.Bridge.Start(ctx); err != nil {
+			_ = in.Service.Stop(context.WithoutCancel(ctx)) // nothing submitted yet
 			return nil, err
 		}
 		if err := in.Server.Start(ctx); err != nil {
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), BridgeStopTimeout)
 			defer cancel()
 			_ = in.Bridge.Stop(stopCtx)
+			_ = in.Service.Stop(stopCtx)
 			return nil, err
 		}
 		return in.stop, nil
@@ -212,7 +217,7 @@ func (in *Intake) Start(ctx context.Context) error {
 }
 
 // stop drains the HTTP server until ctx ends, then stops the bridge within
-// BridgeStopTimeout of its own. It returns the server's error (ctx's when
+// BridgeStopTimeout of its own, then the intake's group commit. It returns the server's error (ctx's when
 // the drain was cut short): the bridge's stop is best effort (what it did
 // not publish stays in the outbox).
 func (in *Intake) stop(ctx context.Context) error {
@@ -225,6 +230,10 @@ func (in *Intake) stop(ctx context.Context) error {
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), BridgeStopTimeout)
 	defer cancel()
 	_ = in.Bridge.Stop(bctx)
+	// Last, the group commit: what the server and the bridge handed it has
+	// its outcome before the caller closes the pools (each flush is bounded
+	// by the intake's flush timeout).
+	_ = in.Service.Stop(context.WithoutCancel(ctx))
 	return err
 }
 

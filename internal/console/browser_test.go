@@ -122,6 +122,11 @@ func startStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The API alone (no NATS bridge): the intake service, then its server.
+	if err := in.Service.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = in.Service.Stop(context.Background()) })
 	srv := in.Server
 	if err := srv.Start(ctx); err != nil {
 		t.Fatal(err)

@@ -107,6 +107,10 @@ func newEnvOn(t testing.TB, pool *pgxpool.Pool, url string, options ...envOption
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := svc.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop(context.Background()) })
 	o.Service = svc
 	h, err := NewHandler(o)
 	if err != nil {

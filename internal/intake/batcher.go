@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/startstop"
 )
 
 // submission is one waiting Submit call inside the group-commit batcher.
@@ -71,7 +72,58 @@ type batcher struct {
 	// wake is the waiting leader's channel, nil when no leader waits; a full
 	// batch closes it so the leader stops waiting.
 	wake chan struct{}
+	// open is true between Start and Stop: only then are submissions taken.
+	open bool
+	// drained is closed once a stopping batcher has nothing queued or in
+	// flight; nil until Stop finds work still settling.
+	drained chan struct{}
+
+	base startstop.Base
 }
+
+// Start opens the batcher for submissions (startstop: once; a Start after
+// Stop returns startstop.ErrStopped). It starts no goroutine: the first
+// caller of a round flushes it.
+func (b *batcher) Start(ctx context.Context) error {
+	return b.base.Start(ctx, func(context.Context) (startstop.StopFunc, error) {
+		b.mu.Lock()
+		b.open = true
+		b.mu.Unlock()
+		return b.stop, nil
+	})
+}
+
+// Stop refuses further submissions (ErrTargetUnavailable, a retryable 503
+// or a NATS redelivery), flushes a round still waiting for company at once,
+// and waits until every queued and in-flight submission has its outcome, or
+// until ctx ends (then it returns ctx.Err() and the flushes finish in the
+// background, each bounded by its flush timeout).
+func (b *batcher) Stop(ctx context.Context) error { return b.base.Stop(ctx) }
+
+func (b *batcher) stop(ctx context.Context) error {
+	b.mu.Lock()
+	b.open = false
+	if b.wake != nil {
+		close(b.wake) // the waiting leader flushes now
+		b.wake = nil
+	}
+	if b.settledLocked() {
+		b.mu.Unlock()
+		return nil
+	}
+	b.drained = make(chan struct{})
+	drained := b.drained
+	b.mu.Unlock()
+	select {
+	case <-drained:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// settledLocked reports whether nothing is queued or in flight; b.mu held.
+func (b *batcher) settledLocked() bool { return len(b.pending) == 0 && b.inFlight == 0 }
 
 // submit queues s, takes part in flushing, and waits for s's outcome or ctx.
 // When ctx ends before the outcome is known the submission may still
@@ -81,6 +133,10 @@ func (b *batcher) submit(ctx context.Context, s *submission) error {
 	var wake chan struct{} // non-nil: this caller leads the round
 	s.size = int64(len(s.job.Payload))
 	b.mu.Lock()
+	if !b.open {
+		b.mu.Unlock()
+		return ErrTargetUnavailable
+	}
 	b.pending = append(b.pending, s)
 	b.pendingBytes += s.size
 	switch {
@@ -156,6 +212,10 @@ func (b *batcher) run(ctx context.Context, batch []*submission) {
 	var next []*submission
 	if b.wake == nil {
 		next = b.take()
+	}
+	if b.drained != nil && b.settledLocked() {
+		close(b.drained)
+		b.drained = nil
 	}
 	b.mu.Unlock()
 	if next != nil {

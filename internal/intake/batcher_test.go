@@ -65,6 +65,7 @@ func TestFlushRetryAfterVanishedConflictKeepsCreated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	startService(t, setup)
 	const keyA, keyB, keyC = "key-vanishing-00000001", "key-new-0000000000001", "key-live-000000000001"
 	req := func(key string) SubmitRequest {
 		return SubmitRequest{Principal: "alice", IdempotencyKey: key, Body: []byte(body)}
@@ -86,6 +87,7 @@ func TestFlushRetryAfterVanishedConflictKeepsCreated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	startService(t, s)
 	pruned := make(chan int64, 1)
 	// Statement 1 of the flush is the insert, statement 2 the lookup of the
 	// rows that already held a key: prune A (CANCELLED) in between.
@@ -202,6 +204,7 @@ func TestCallerLeavingMidFlushReadsNothingOfTheRound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	startService(t, s)
 	inFlush, release := make(chan struct{}), make(chan struct{})
 	db.arm(1, func(context.Context) { close(inFlush); <-release })
 	req := func(key string) SubmitRequest {

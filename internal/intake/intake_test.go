@@ -38,7 +38,21 @@ func newService(t *testing.T, mod func(*Options)) (*Service, DB) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	startService(t, s)
 	return s, pool
+}
+
+// startService starts s and stops it when t ends.
+func startService(t testing.TB, s *Service) {
+	t.Helper()
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(context.Background()); err != nil {
+			t.Errorf("stop intake service: %v", err)
+		}
+	})
 }
 
 // TestGroupCommitDedupesWithinBatch: identical and conflicting requests

@@ -104,6 +104,20 @@ type Service struct {
 	notify *pg.OutboxNotifier
 }
 
+// Start opens the service's group commit for submissions: until Start, and
+// after Stop, Submit (and everything that submits: the NATS consumer)
+// refuses with ErrTargetUnavailable, which callers retry. It follows
+// internal/startstop: once, and never after Stop.
+func (s *Service) Start(ctx context.Context) error { return s.batcher.Start(ctx) }
+
+// Stop refuses new submissions, flushes a group-commit round still waiting
+// for company at once, and waits until every submission handed to the
+// service has its outcome, or until ctx ends (it returns ctx.Err(); the
+// flushes finish in the background, each bounded by FlushTimeout). Reads,
+// cancellations and replays do not go through the group commit and are not
+// affected. Safe to call twice, concurrently, and before Start.
+func (s *Service) Stop(ctx context.Context) error { return s.batcher.Stop(ctx) }
+
 // New returns a Service, or an error when opts are out of range.
 func New(opts Options) (*Service, error) {
 	if opts.DB == nil {

@@ -36,6 +36,10 @@ func service(t *testing.T, pool *pgxpool.Pool) *intake.Service {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := svc.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop(context.Background()) })
 	return svc
 }
 
