@@ -270,3 +270,55 @@ func TestRenewAndSucceedRefuseAnotherOwnersClaim(t *testing.T) {
 		t.Fatalf("a guessed claim id renewed: %+v %v", ren, err)
 	}
 }
+
+// A claim returns its jobs oldest eligible first, each with every column of
+// its row decoded (ids, token, expiry, attempts, payload, digest, the
+// traceparent only where one was stored) and its pickup delay by the
+// database clock.
+func TestClaimReturnsOldestFirstWithEveryField(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDatabase(t)
+	const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	ids := pgtest.InsertJobs(t, pool,
+		pg.NewJob{Payload: `{"n":0}`, MaxAttempts: 2},
+		pg.NewJob{Payload: `{"n":1}`, MaxAttempts: 3, SubmitTraceparent: traceparent},
+		pg.NewJob{Payload: `{"n":2}`, MaxAttempts: 4})
+	// Job 2 became available first, then job 0, then job 1.
+	pgtest.MakeAvailable(t, pool, ids[2], 3*time.Hour)
+	pgtest.MakeAvailable(t, pool, ids[0], 2*time.Hour)
+	pgtest.MakeAvailable(t, pool, ids[1], time.Hour)
+	res := claim(t, pool, "worker-order", 10, time.Minute)
+	if len(res.Claimed) != 3 {
+		t.Fatalf("claimed %d, want 3", len(res.Claimed))
+	}
+	want := []struct {
+		id          uuid.UUID
+		payload     string
+		maxAttempts int
+		traceparent string
+		ago         time.Duration
+	}{
+		{ids[2], `{"n":2}`, 4, "", 3 * time.Hour},
+		{ids[0], `{"n":0}`, 2, "", 2 * time.Hour},
+		{ids[1], `{"n":1}`, 3, traceparent, time.Hour},
+	}
+	tokens := map[int64]bool{}
+	for i, w := range want {
+		c := res.Claimed[i]
+		if c.JobID != w.id || c.Payload != w.payload || c.RequestDigest != pgtest.SHA(w.payload) ||
+			c.MaxAttempts != w.maxAttempts || c.Attempt != 1 || c.SubmitTraceparent != w.traceparent ||
+			c.OwnerID != "worker-order" || c.ClaimID == uuid.Nil || c.Kind != pgtest.DefaultFixtureKind {
+			t.Fatalf("claim %d: %+v, want job %s %+v", i, c, w.id, w)
+		}
+		if c.PickupDelay < w.ago || c.PickupDelay > w.ago+time.Minute {
+			t.Fatalf("claim %d: pickup delay %v, want about %v", i, c.PickupDelay, w.ago)
+		}
+		if time.Until(c.ExpiresAt) <= 0 || time.Until(c.ExpiresAt) > 2*time.Minute {
+			t.Fatalf("claim %d: expires at %v", i, c.ExpiresAt)
+		}
+		if tokens[c.FencingToken] {
+			t.Fatalf("claim %d: fencing token %d repeated", i, c.FencingToken)
+		}
+		tokens[c.FencingToken] = true
+	}
+}
