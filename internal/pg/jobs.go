@@ -141,15 +141,18 @@ type scanner interface{ Scan(dest ...any) error }
 // scanJob scans extra, then jobColumns.
 func scanJob(row scanner, extra ...any) (Job, error) {
 	var j Job
-	var source, root *uuid.UUID
-	var generation *int32
-	dest := append(extra, &j.JobID, &j.Kind, &j.Status, &j.AttemptCount, &j.FailureCode, &j.CancellationCode,
+	// pgtype values decode the binary columns in place (uuid.UUID is a
+	// sql.Scanner that goes through each id's text form).
+	var id, source, root pgtype.UUID
+	var generation pgtype.Int4
+	dest := append(extra, &id, &j.Kind, &j.Status, &j.AttemptCount, &j.FailureCode, &j.CancellationCode,
 		&j.CreatedAt, &j.UpdatedAt, &j.RequestDigest, &source, &root, &generation)
 	if err := row.Scan(dest...); err != nil {
 		return Job{}, err
 	}
-	if source != nil && root != nil && generation != nil {
-		j.Lineage = &Lineage{SourceJobID: *source, RootJobID: *root, Generation: int(*generation)}
+	j.JobID = id.Bytes
+	if source.Valid && root.Valid && generation.Valid {
+		j.Lineage = &Lineage{SourceJobID: source.Bytes, RootJobID: root.Bytes, Generation: int(generation.Int32)}
 	}
 	return j, nil
 }
