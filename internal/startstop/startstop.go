@@ -192,3 +192,23 @@ func (b *Base) Done() <-chan struct{} {
 	defer b.mu.Unlock()
 	return b.stopped
 }
+
+// Loop is the start of a part that is one loop: it runs loop on a goroutine
+// of its own and returns the StopFunc that closes stopping (loop must
+// return once it is closed), waits for loop to return, then calls cleanup
+// (when not nil), for example to cancel the part's context.
+func Loop(stopping chan struct{}, loop func(), cleanup func()) StopFunc {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		loop()
+	}()
+	return func(context.Context) error {
+		close(stopping)
+		<-done
+		if cleanup != nil {
+			cleanup()
+		}
+		return nil
+	}
+}

@@ -193,3 +193,26 @@ func TestStopDuringAStartThatHangsReturnsWithItsContext(t *testing.T) {
 		t.Fatalf("stop function ran %d times, want 1 (the Stop that raced the start asked for it)", n)
 	}
 }
+
+// Loop's stop closes stopping, waits for the loop to return, and only then
+// cleans up.
+func TestLoopStopsTheLoopThenCleansUp(t *testing.T) {
+	t.Parallel()
+	stopping := make(chan struct{})
+	var returned, cleanedAfterReturn atomic.Bool
+	var b startstop.Base
+	if err := b.Start(context.Background(), func(context.Context) (startstop.StopFunc, error) {
+		return startstop.Loop(stopping, func() {
+			<-stopping
+			returned.Store(true)
+		}, func() { cleanedAfterReturn.Store(returned.Load()) }), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !returned.Load() || !cleanedAfterReturn.Load() {
+		t.Fatalf("loop returned %v, cleaned up after it returned %v", returned.Load(), cleanedAfterReturn.Load())
+	}
+}

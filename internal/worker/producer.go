@@ -61,17 +61,7 @@ func (p *Producer) wakeUp() {
 func (p *Producer) Start(ctx context.Context) error {
 	return p.base.Start(ctx, func(ctx context.Context) (startstop.StopFunc, error) {
 		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			p.loop(ctx)
-		}()
-		return func(context.Context) error {
-			close(p.stopping)
-			<-done
-			cancel()
-			return nil
-		}, nil
+		return startstop.Loop(p.stopping, func() { p.loop(ctx) }, cancel), nil
 	})
 }
 

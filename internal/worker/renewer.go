@@ -54,17 +54,7 @@ func (rn *Renewer) Start(ctx context.Context) error {
 	return rn.base.Start(ctx, func(ctx context.Context) (startstop.StopFunc, error) {
 		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		rn.ctx = ctx
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			rn.loop()
-		}()
-		return func(context.Context) error {
-			close(rn.stopping)
-			<-done
-			cancel()
-			return nil
-		}, nil
+		return startstop.Loop(rn.stopping, rn.loop, cancel), nil
 	})
 }
 
