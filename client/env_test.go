@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"github.com/mightyetl/mightyetl/client"
 	"github.com/mightyetl/mightyetl/internal/app"
+	"github.com/mightyetl/mightyetl/internal/app/apptest"
 	"github.com/mightyetl/mightyetl/internal/auth"
 	"github.com/mightyetl/mightyetl/internal/config"
 	"github.com/mightyetl/mightyetl/internal/natstest"
@@ -98,31 +98,7 @@ func newStack(t *testing.T, withWorker bool, opts ...stackOption) *stack {
 		o(s.env)
 	}
 	getenv := func(k string) string { return s.env[k] }
-	icfg, _, err := config.LoadIntake(nil, getenv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	authn, err := icfg.Authenticator()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	pools, err := app.OpenIntakePools(ctx, icfg, "mightyetl-client-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pools.Close)
-	in, err := app.NewIntake(icfg, pools, app.IntakeOptions{Authenticator: authn, Logger: log,
-		Registry: prometheus.NewRegistry(), Name: "mightyetl-client-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := in.Service.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = in.Service.Stop(context.Background()) })
+	in := apptest.Intake(t, getenv, "mightyetl-client-test")
 	h := in.Server.Handler()
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if f := s.wrap.Load(); f != nil {

@@ -25,10 +25,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/mightyetl/mightyetl/internal/app"
+	"github.com/mightyetl/mightyetl/internal/app/apptest"
 	"github.com/mightyetl/mightyetl/internal/auth"
 	"github.com/mightyetl/mightyetl/internal/config"
 	"github.com/mightyetl/mightyetl/internal/metrics"
@@ -105,28 +105,8 @@ func startStack(t *testing.T) *stack {
 	getenv := func(k string) string { return env[k] }
 	ctx := context.Background()
 	log := slog.New(slog.DiscardHandler)
-	icfg, _, err := config.LoadIntake(nil, getenv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	authn, err := icfg.Authenticator()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pools, err := app.OpenIntakePools(ctx, icfg, "console-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pools.Close)
-	in, err := app.NewIntake(icfg, pools, app.IntakeOptions{Authenticator: authn, Logger: log, Registry: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The API alone (no NATS bridge): the intake service, then its server.
-	if err := in.Service.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = in.Service.Stop(context.Background()) })
+	// The API alone (no NATS bridge).
+	in := apptest.Intake(t, getenv, "console-test")
 	srv := in.Server
 	if err := srv.Start(ctx); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,48 @@
+// Package apptest assembles the real intake for tests that serve its HTTP
+// API or run its NATS bridge themselves (behind httptest, or without NATS).
+package apptest
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/mightyetl/mightyetl/internal/app"
+	"github.com/mightyetl/mightyetl/internal/config"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Intake loads the intake's configuration from getenv, opens its pools
+// (closed when t ends), builds app.Intake named name with a discarding
+// logger and a registry of its own, and starts its group commit (stopped
+// when t ends). Nothing else runs: the caller starts the HTTP server or the
+// bridge it needs and stops it before t's clean-up closes the pools.
+func Intake(t testing.TB, getenv func(string) string, name string) *app.Intake {
+	t.Helper()
+	icfg, _, err := config.LoadIntake(nil, getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	authn, err := icfg.Authenticator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pools, err := app.OpenIntakePools(ctx, icfg, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pools.Close)
+	in, err := app.NewIntake(icfg, pools, app.IntakeOptions{Authenticator: authn, Logger: slog.New(slog.DiscardHandler),
+		Registry: prometheus.NewRegistry(), Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Service.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = in.Service.Stop(context.Background()) })
+	return in
+}
