@@ -74,14 +74,8 @@ func publish(t *testing.T, js jetstream.JetStream, subject, key, body string, he
 // no job, and a reply subject gets the job representation.
 func TestRequestConsumerWithRealIntake(t *testing.T) {
 	t.Parallel()
-	pool, _ := pgtest.NewDatabase(t)
-	url := natstest.URL(t)
-	prefix := natstest.Prefix(t)
-	nc := natstest.Connect(t, url)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := setup(t)
+	pool, url, prefix, nc, js := b.pool, b.url, b.prefix, b.nc, b.js
 	rejections := make(chan events.Rejection, 16)
 	sub, err := nc.Subscribe(prefix+".rejections", func(m *nats.Msg) {
 		var r events.Rejection
@@ -176,14 +170,8 @@ func (c *crashAfterCommit) HandleRequest(ctx context.Context, principal, key str
 // not acked comes back and converges on the same job.
 func TestRedeliveryAfterCommitConverges(t *testing.T) {
 	t.Parallel()
-	pool, _ := pgtest.NewDatabase(t)
-	url := natstest.URL(t)
-	prefix := natstest.Prefix(t)
-	nc := natstest.Connect(t, url)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := setup(t)
+	pool, prefix, nc, js := b.pool, b.prefix, b.nc, b.js
 	h := &crashAfterCommit{inner: intake.NATSRequests{Service: service(t, pool)}}
 	c, err := events.NewRequestConsumer(nc, prefix, h, nil, nil, events.RequestConsumerOptions{RetryDelay: 50 * time.Millisecond})
 	if err != nil {
@@ -213,6 +201,28 @@ func TestRedeliveryAfterCommitConverges(t *testing.T) {
 
 // startRequestBridge starts a bridge with the request consumer on prefix,
 // stopped when the test ends, and waits until its request stream exists.
+// bundle is what a bridge test starts from: its own database, the shared
+// NATS server under a prefix of its own, a connection and JetStream on it.
+type bundle struct {
+	pool   *pgxpool.Pool
+	url    string
+	prefix string
+	nc     *nats.Conn
+	js     jetstream.JetStream
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	pool, _ := pgtest.NewDatabase(t)
+	url := natstest.URL(t)
+	nc := natstest.Connect(t, url)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bundle{pool: pool, url: url, prefix: natstest.Prefix(t), nc: nc, js: js}
+}
+
 func startRequestBridge(t *testing.T, pool *pgxpool.Pool, js jetstream.JetStream, url, prefix, name string) {
 	t.Helper()
 	b := natsbridge.New(natsbridge.Options{

@@ -6,11 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mightyetl/mightyetl/internal/natstest"
-	"github.com/mightyetl/mightyetl/internal/pgtest"
 	"github.com/mightyetl/mightyetl/internal/testwait"
 	"github.com/mightyetl/mightyetl/internal/tracing"
-	"github.com/nats-io/nats.go/jetstream"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
@@ -24,14 +21,8 @@ func TestNATSRequestContinuesTheTraceparentHeader(t *testing.T) {
 	undo := tracing.Use(tp)
 	t.Cleanup(func() { undo(); _ = tp.Shutdown(context.Background()) })
 
-	pool, _ := pgtest.NewDatabase(t)
-	url := natstest.URL(t)
-	prefix := natstest.Prefix(t)
-	nc := natstest.Connect(t, url)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := setup(t)
+	pool, url, prefix, js := b.pool, b.url, b.prefix, b.js
 	startRequestBridge(t, pool, js, url, prefix, "bridge-trace-test")
 
 	const traceID = "0af7651916cd43dd8448eb211c80319c"
