@@ -216,9 +216,9 @@ WITH ins AS (
     SELECT encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
                     PLACING substring(int8send((extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
                     FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid,
-           'diagnostic', $1,
-           encode(sha256(convert_to($2 || ':' || g, 'UTF8')), 'hex'),
-           encode(sha256(convert_to($3, 'UTF8')), 'hex'), $3, 3
+           'diagnostic', decode($1, 'hex'),
+           sha256(convert_to($2 || ':' || g, 'UTF8')),
+           sha256(convert_to($3, 'UTF8')), $3, 3
     FROM generate_series($4::bigint, $5::bigint) AS g
     RETURNING job_record_id, available_at
 )

@@ -331,7 +331,7 @@ func (h *harness) intakeBinaryJetStream(ctx context.Context, s events.Subjects, 
 	if err := waitForRequestConsumer(ctx, js, s); err != nil {
 		return res, err
 	}
-	const countJS = `SELECT count(*) FROM etl_job_records WHERE principal_scope_hash = ANY($1)`
+	const countJS = `SELECT count(*) FROM etl_job_records WHERE principal_scope_hash = ANY(ARRAY(SELECT decode(h, 'hex') FROM unnest($1::text[]) h))`
 	before, err := h.count(ctx, countJS, scopes)
 	if err != nil {
 		return res, err

@@ -89,6 +89,20 @@ BEGIN
     END LOOP;
 END
 $functions$;
+DO $domains$
+DECLARE
+    d regtype;
+BEGIN
+    -- The migrations' domains (etl_sha256_digest of 00014, the text domains
+    -- of 00005): a down migration drops or replaces them, which only their
+    -- owner may do.
+    FOR d IN SELECT t.oid::regtype FROM pg_type t
+             WHERE t.typnamespace = 'public'::regnamespace AND t.typtype = 'd' AND t.typname LIKE 'etl\_%'
+    LOOP
+        EXECUTE format('ALTER DOMAIN %s OWNER TO mightyetl_migrator_role', d);
+    END LOOP;
+END
+$domains$;
 DO $goose$
 BEGIN
     -- goose's version table exists once `etlctl migrate up` has run.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -432,8 +431,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	keyHash := sha256.Sum256([]byte("console-replay-source"))
 	if _, err := s.pool.Exec(context.Background(), `INSERT INTO etl_job_records (job_record_id, job_kind,
 		principal_scope_hash, submission_key_hash, request_digest, request_payload, job_status, failure_code,
-		attempt_count, max_attempts) VALUES ($1, 'etl_records', $2, $3, $4, NULL, 'FAILED', 'etl_target_unavailable', 1, 1)`,
-		source, auth.ScopeHash([]byte(s.hashKey), "alice"), hex.EncodeToString(keyHash[:]), hex.EncodeToString(digest[:])); err != nil {
+		attempt_count, max_attempts) VALUES ($1, 'etl_records', decode($2, 'hex'), $3, $4, NULL, 'FAILED', 'etl_target_unavailable', 1, 1)`,
+		source, auth.ScopeHash([]byte(s.hashKey), "alice"), keyHash[:], digest[:]); err != nil {
 		t.Fatalf("failed source: %v", err)
 	}
 	step("replay form", chromedp.Navigate(s.base+"/console/jobs/"+source.String()),

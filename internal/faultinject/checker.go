@@ -159,7 +159,7 @@ func (c *Checker) violate(inv, detail string, job *jobRow) {
 }
 
 func (c *Checker) loadJobs(ctx context.Context) error {
-	rs, err := c.DB.Query(ctx, `SELECT job_record_id::text, job_kind, principal_scope_hash::text, submission_key_hash::text,
+	rs, err := c.DB.Query(ctx, `SELECT job_record_id::text, job_kind, encode(principal_scope_hash, 'hex'), encode(submission_key_hash, 'hex'),
 		job_status, coalesce(failure_code::text, ''), coalesce(cancellation_code, ''), attempt_count, updated_at
 		FROM etl_job_records`)
 	if err != nil {

@@ -78,8 +78,8 @@ func insertChainEnd(t *testing.T, e *env, principal, root, body string, gen int)
 INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash, request_digest,
     request_payload, job_status, failure_code, max_attempts,
     replay_source_job_record_id, replay_root_job_record_id, replay_generation_count)
-VALUES ($1, 'etl_records', $3, $5, $7, NULL, 'FAILED', 'etl_target_failure', 3, $4, $4, 1),
-       ($2, 'etl_records', $3, $6, $7, NULL, 'FAILED', 'etl_target_failure', 3, $1, $4, $8)`,
+VALUES ($1, 'etl_records', decode($3, 'hex'), decode($5, 'hex'), decode($7, 'hex'), NULL, 'FAILED', 'etl_target_failure', 3, $4, $4, 1),
+       ($2, 'etl_records', decode($3, 'hex'), decode($6, 'hex'), decode($7, 'hex'), NULL, 'FAILED', 'etl_target_failure', 3, $1, $4, $8)`,
 		first, last, intakeScope(principal), uuid.MustParse(root),
 		intake.RequestDigest([]byte(uuid.NewString())), intake.RequestDigest([]byte(uuid.NewString())),
 		intake.RequestDigest([]byte(body)), gen)
@@ -208,7 +208,7 @@ func TestReplayContract(t *testing.T) {
 	}
 	var payload, keyHash, digest, kind string
 	var maxAttempts int
-	if err := e.pool.QueryRow(ctx, `SELECT request_payload, submission_key_hash, request_digest, job_kind, max_attempts
+	if err := e.pool.QueryRow(ctx, `SELECT request_payload, encode(submission_key_hash, 'hex'), encode(request_digest, 'hex'), job_kind, max_attempts
 		FROM etl_job_records WHERE job_record_id = $1`, uuid.MustParse(first.JobRecordID)).
 		Scan(&payload, &keyHash, &digest, &kind, &maxAttempts); err != nil {
 		t.Fatal(err)

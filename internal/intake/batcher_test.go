@@ -134,7 +134,7 @@ func TestFlushRetryAfterVanishedConflictKeepsCreated(t *testing.T) {
 	for i, res := range results {
 		var jobs, events int
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM etl_job_records j
-			WHERE j.principal_scope_hash = $1 AND j.submission_key_hash = $2
+			WHERE j.principal_scope_hash = decode($1, 'hex') AND j.submission_key_hash = decode($2, 'hex')
 			  AND j.job_record_id = $3 AND j.job_status = 'PENDING' AND j.request_payload IS NOT NULL`,
 			scope, SubmissionKeyHash(scope, keys[i]), res.Job.JobID).Scan(&jobs); err != nil || jobs != 1 {
 			t.Errorf("%s: %d pending jobs under the key with the reported id (%v)", keys[i], jobs, err)

@@ -80,8 +80,8 @@ func scaleFill(b *testing.B, pool *pgxpool.Pool, n int) {
 	_, err := pool.Exec(ctx, `
 INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
                              request_digest, request_payload, max_attempts, available_at)
-SELECT lpad(to_hex(g), 32, '0')::uuid, 'diagnostic', $1, lpad(to_hex(g), 64, '0'),
-       $2, $3, 3, clock_timestamp() - interval '1 day' + g * interval '1 microsecond'
+SELECT lpad(to_hex(g), 32, '0')::uuid, 'diagnostic', decode($1, 'hex'), decode(lpad(to_hex(g), 64, '0'), 'hex'),
+       decode($2, 'hex'), $3, 3, clock_timestamp() - interval '1 day' + g * interval '1 microsecond'
 FROM generate_series(1, $4::int) AS g`, pgtest.SHA("bench-owner"), pgtest.SHA(payload), payload, n)
 	if err != nil {
 		b.Fatalf("fill %d jobs: %v", n, err)

@@ -51,6 +51,13 @@ func hex64(s string) string {
 	return hex.EncodeToString(h[:])
 }
 
+// sha32 is the SHA-256 of s as the 32 bytes the identity digest columns of
+// etl_job_records hold (domain etl_sha256_digest, migration 00014).
+func sha32(s string) []byte {
+	h := sha256.Sum256([]byte(s))
+	return h[:]
+}
+
 // A fixed instant: these rows test shapes, not time, so no clock is read.
 var fixedInstant = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 
@@ -96,9 +103,9 @@ func baseJobRow(status string) sqlRow {
 	r := sqlRow{
 		"job_record_id":         uuid.New(),
 		"job_kind":              "diagnostic",
-		"principal_scope_hash":  hex64("owner"),
-		"submission_key_hash":   hex64(uuid.NewString()),
-		"request_digest":        hex64(payload),
+		"principal_scope_hash":  sha32("owner"),
+		"submission_key_hash":   sha32(uuid.NewString()),
+		"request_digest":        sha32(payload),
 		"request_payload":       nil,
 		"job_status":            status,
 		"attempt_count":         1,
@@ -156,6 +163,21 @@ func badHashes() map[string]string {
 	}
 }
 
+// digestColumns are the identity digests of etl_job_records: 32-byte bytea
+// (domain etl_sha256_digest) since migration 00014.
+var digestColumns = []string{"principal_scope_hash", "submission_key_hash", "request_digest"}
+
+// badDigests are byte strings etl_sha256_digest_length_check refuses, among
+// them the 64 bytes of a hex digest's text (the former column format).
+func badDigests() map[string][]byte {
+	return map[string][]byte{
+		"31 bytes":       make([]byte, 31),
+		"33 bytes":       make([]byte, 33),
+		"empty":          {},
+		"hex text bytes": []byte(hex64("x")),
+	}
+}
+
 func jobRowCases() []rowCase {
 	var cs []rowCase
 	add := func(name string, r sqlRow, constraint string) {
@@ -200,17 +222,18 @@ func jobRowCases() []rowCase {
 		add(fmt.Sprintf("cancellation_code %q", code), baseJobRow("CANCELLED").with("cancellation_code", code), "etl_job_cancellation_code_check")
 	}
 
-	// Hash formats.
-	hashCols := map[string]string{
-		"principal_scope_hash":  "etl_job_principal_scope_hash_format_check",
-		"submission_key_hash":   "etl_job_submission_key_hash_format_check",
-		"request_digest":        "etl_job_request_digest_format_check",
-		"cancellation_key_hash": "etl_job_cancellation_key_hash_format_check",
+	// Hash formats. cancellation_key_hash is 64-character lowercase hex text;
+	// the identity digests are exactly 32 bytes (migration 00014, domain
+	// etl_sha256_digest).
+	for _, what := range slices.Sorted(maps.Keys(badHashes())) {
+		add("cancellation_key_hash "+what, baseJobRow("CANCELLED").with("cancellation_key_hash", badHashes()[what]),
+			"etl_job_cancellation_key_hash_format_check")
 	}
-	for _, col := range slices.Sorted(maps.Keys(hashCols)) {
-		for _, what := range slices.Sorted(maps.Keys(badHashes())) {
-			add(col+" "+what, baseJobRow("CANCELLED").with(col, badHashes()[what]), hashCols[col])
+	for _, col := range digestColumns {
+		for _, what := range slices.Sorted(maps.Keys(badDigests())) {
+			add(col+" "+what, baseJobRow("CANCELLED").with(col, badDigests()[what]), "etl_sha256_digest_length_check")
 		}
+		ok(col+" 32 zero bytes", baseJobRow("CANCELLED").with(col, make([]byte, 32)))
 	}
 
 	// Attempts.
@@ -347,7 +370,7 @@ func TestJobRecordUniqueness(t *testing.T) {
 		{name: "same job id", code: "23505", constraint: "etl_job_records_pkey",
 			row: baseJobRow("PENDING").with("job_record_id", first["job_record_id"])},
 		{name: "same submission key, other principal",
-			row: baseJobRow("PENDING").with("principal_scope_hash", hex64("other owner"), "submission_key_hash", first["submission_key_hash"])},
+			row: baseJobRow("PENDING").with("principal_scope_hash", sha32("other owner"), "submission_key_hash", first["submission_key_hash"])},
 		{name: "same principal, other submission key",
 			row: baseJobRow("PENDING").with("principal_scope_hash", first["principal_scope_hash"])},
 	}

@@ -101,8 +101,10 @@ func TestWorkerRoleRunsLeasesAndNothingMore(t *testing.T) {
 		t.Fatalf("finish as worker role: %v", err)
 	}
 	for name, stmt := range map[string]string{
-		"rewrite owner":  `UPDATE etl_job_records SET principal_scope_hash = repeat('0', 64)`,
-		"rewrite digest": `UPDATE etl_job_records SET request_digest = repeat('0', 64)`,
+		// Values of the columns' type (32-byte bytea, migration 00014): the
+		// privilege check, not a type error, must refuse these.
+		"rewrite owner":  `UPDATE etl_job_records SET principal_scope_hash = decode(repeat('00', 32), 'hex')`,
+		"rewrite digest": `UPDATE etl_job_records SET request_digest = decode(repeat('00', 32), 'hex')`,
 		"delete jobs":    `DELETE FROM etl_job_records`,
 		"delete ledger":  `DELETE FROM etl_idempotency_records`,
 		"delete outbox":  `DELETE FROM etl_outbox_events`,
@@ -275,7 +277,7 @@ func TestIntakeRoleRunsItsStoreFunctionsAndNothingMore(t *testing.T) {
 		"set a payload":             `UPDATE etl_job_records SET request_payload = '[]'`,
 		"set an attempt count":      `UPDATE etl_job_records SET attempt_count = 0`,
 		"set a cancellation":        `UPDATE etl_job_records SET cancellation_code = 'etl_job_cancelled_by_owner'`,
-		"insert a lease":            `INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash, request_digest, request_payload, max_attempts, job_status, lease_fencing_token) VALUES (gen_random_uuid(), 'etl_records', repeat('a', 64), repeat('b', 64), repeat('c', 64), '[]', 1, 'RUNNING', 1)`,
+		"insert a lease":            `INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash, request_digest, request_payload, max_attempts, job_status, lease_fencing_token) VALUES (gen_random_uuid(), 'etl_records', decode(repeat('aa', 32), 'hex'), decode(repeat('bb', 32), 'hex'), decode(repeat('cc', 32), 'hex'), '[]', 1, 'RUNNING', 1)`,
 		"delete jobs":               `DELETE FROM etl_job_records`,
 		"dequeue jobs":              `DELETE FROM etl_job_claim_queue`,
 		"read the claim queue":      `SELECT * FROM etl_job_claim_queue`,
@@ -292,9 +294,10 @@ func TestIntakeRoleRunsItsStoreFunctionsAndNothingMore(t *testing.T) {
 	}
 	assertDenied(t, ip, "mightyetl_intake_role", denied)
 	// UPDATE (principal_scope_hash) exists for the replay's FOR UPDATE; it
-	// cannot change an owner.
-	if _, err := ip.Exec(ctx, `UPDATE etl_job_records SET principal_scope_hash = repeat('0', 64)`); err == nil {
-		t.Fatal("intake changed a job's owner")
+	// cannot change an owner: the owner guard (migration 00007) refuses a
+	// well-typed new value.
+	if _, err := ip.Exec(ctx, `UPDATE etl_job_records SET principal_scope_hash = decode(repeat('00', 32), 'hex')`); pgCode(err) != "23000" {
+		t.Fatalf("intake changing a job's owner: %v, want the owner guard's 23000", err)
 	}
 }
 

@@ -2,6 +2,8 @@ package pg
 
 import (
 	"context"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -95,7 +97,7 @@ WITH ins AS (
     INSERT INTO etl_job_records AS j (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
                                  request_digest, request_payload, max_attempts,
                                  replay_source_job_record_id, replay_root_job_record_id, replay_generation_count)
-    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int[],
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::bytea[], $4::bytea[], $5::bytea[], $6::text[], $7::int[],
                          $8::uuid[], $9::uuid[], $10::int[])
     ON CONFLICT (principal_scope_hash, submission_key_hash) DO NOTHING
     RETURNING ` + jobColumns + `, j.available_at
@@ -124,17 +126,21 @@ var insertTracedJobsSQL = strings.NewReplacer(
 const existingJobsSQL = `
 SELECT j.principal_scope_hash, j.submission_key_hash, ` + jobColumns + `
 FROM etl_job_records j
-JOIN unnest($1::text[], $2::text[]) AS k(principal_scope_hash, submission_key_hash)
+JOIN unnest($1::bytea[], $2::bytea[]) AS k(principal_scope_hash, submission_key_hash)
   ON j.principal_scope_hash = k.principal_scope_hash AND j.submission_key_hash = k.submission_key_hash`
 
 // jobColumns are the owner-visible columns, in scanJob order, qualified by
-// the alias j.
+// the alias j. request_digest is a 32-byte bytea (migration 00014); it is
+// read as its hex text, the form the SQL functions return and Job carries.
 const jobColumns = `j.job_record_id, j.job_kind, j.job_status, j.attempt_count, j.failure_code, j.cancellation_code, ` +
-	`j.created_at, j.updated_at, j.request_digest, ` +
+	`j.created_at, j.updated_at, encode(j.request_digest, 'hex') AS request_digest, ` +
 	`j.replay_source_job_record_id, j.replay_root_job_record_id, j.replay_generation_count`
 
-// bareJobColumns are jobColumns without the alias, for reading a CTE.
-var bareJobColumns = strings.ReplaceAll(jobColumns, "j.", "")
+// bareJobColumns are jobColumns by name, for reading a CTE that returned
+// jobColumns.
+const bareJobColumns = `job_record_id, job_kind, job_status, attempt_count, failure_code, cancellation_code, ` +
+	`created_at, updated_at, request_digest, ` +
+	`replay_source_job_record_id, replay_root_job_record_id, replay_generation_count`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -176,8 +182,11 @@ func InsertJobs(ctx context.Context, db DBTX, jobs []NewJob) ([]Inserted, error)
 	n := len(jobs)
 	// [16]byte encodes as binary uuid directly; uuid.UUID would go through
 	// its driver.Valuer text form.
-	ids, kinds := make([][16]byte, n), make([]string, n)
-	scopes, keys, digests, payloads := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	ids, kinds, payloads := make([][16]byte, n), make([]string, n), make([]string, n)
+	// The identity digests are 32-byte bytea columns (migration 00014); they
+	// arrive as hex and are decoded here, into one backing array.
+	scopes, keys, digests := make([][]byte, n), make([][]byte, n), make([][]byte, n)
+	raw := make([]byte, 3*sha256Len*n)
 	attempts := make([]int32, n)
 	sources, roots := make([]pgtype.UUID, n), make([]pgtype.UUID, n)
 	generations := make([]pgtype.Int4, n)
@@ -190,8 +199,17 @@ func InsertJobs(ctx context.Context, db DBTX, jobs []NewJob) ([]Inserted, error)
 			}
 			j.JobID = id
 		}
-		ids[i], kinds[i], scopes[i], keys[i] = j.JobID, j.Kind, j.PrincipalScopeHash, j.SubmissionKeyHash
-		digests[i], payloads[i], attempts[i] = j.RequestDigest, j.Payload, int32(j.MaxAttempts)
+		ids[i], kinds[i], payloads[i], attempts[i] = j.JobID, j.Kind, j.Payload, int32(j.MaxAttempts)
+		var err error
+		if scopes[i], err = decodeDigest(raw[(3*i)*sha256Len:(3*i+1)*sha256Len], j.PrincipalScopeHash); err != nil {
+			return nil, fmt.Errorf("insert jobs: principal scope hash: %w", err)
+		}
+		if keys[i], err = decodeDigest(raw[(3*i+1)*sha256Len:(3*i+2)*sha256Len], j.SubmissionKeyHash); err != nil {
+			return nil, fmt.Errorf("insert jobs: submission key hash: %w", err)
+		}
+		if digests[i], err = decodeDigest(raw[(3*i+2)*sha256Len:(3*i+3)*sha256Len], j.RequestDigest); err != nil {
+			return nil, fmt.Errorf("insert jobs: request digest: %w", err)
+		}
 		if l := j.Lineage; l != nil {
 			sources[i] = pgtype.UUID{Bytes: l.SourceJobID, Valid: true}
 			roots[i] = pgtype.UUID{Bytes: l.RootJobID, Valid: true}
@@ -228,7 +246,7 @@ func InsertJobs(ctx context.Context, db DBTX, jobs []NewJob) ([]Inserted, error)
 		return nil, fmt.Errorf("insert jobs: %w", err)
 	}
 	type pair struct{ scope, key string }
-	var missScopes, missKeys []string
+	var missScopes, missKeys [][]byte
 	for i := range jobs {
 		if j, ok := created[uuid.UUID(ids[i])]; ok {
 			out[i] = Inserted{Job: j, Created: true}
@@ -245,13 +263,13 @@ func InsertJobs(ctx context.Context, db DBTX, jobs []NewJob) ([]Inserted, error)
 	}
 	existing := make(map[pair]Job, len(missScopes))
 	for rows.Next() {
-		var p pair
-		j, err := scanJob(rows, &p.scope, &p.key)
+		var scope, key []byte
+		j, err := scanJob(rows, &scope, &key)
 		if err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("read existing jobs: scan: %w", err)
 		}
-		existing[p] = j
+		existing[pair{string(scope), string(key)}] = j
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -261,7 +279,7 @@ func InsertJobs(ctx context.Context, db DBTX, jobs []NewJob) ([]Inserted, error)
 		if out[i].Created {
 			continue
 		}
-		j, ok := existing[pair{scopes[i], keys[i]}]
+		j, ok := existing[pair{string(scopes[i]), string(keys[i])}]
 		if !ok {
 			// Another transaction inserted and then lost the row (rolled back
 			// or pruned) between our two statements; the caller may retry.
@@ -277,7 +295,7 @@ func InsertJobs(ctx context.Context, db DBTX, jobs []NewJob) ([]Inserted, error)
 // ErrNotFound otherwise (absent and foreign jobs are indistinguishable).
 func GetJob(ctx context.Context, db DBTX, principalScopeHash string, jobID uuid.UUID) (Job, error) {
 	row := db.QueryRow(ctx, `SELECT `+jobColumns+` FROM etl_job_records j
-		WHERE j.job_record_id = $1 AND j.principal_scope_hash = $2`, jobID, principalScopeHash)
+		WHERE j.job_record_id = $1 AND j.principal_scope_hash = decode($2, 'hex')`, jobID, principalScopeHash)
 	j, err := scanJob(row)
 	if IsNoRows(err) {
 		return Job{}, ErrNotFound
@@ -294,4 +312,23 @@ func init() {
 	tracing.RegisterStatement("jobs.insert_traced", insertTracedJobsSQL)
 	tracing.RegisterStatement("jobs.existing", existingJobsSQL)
 	tracing.RegisterStatement("jobs.cancel", cancelSQL)
+}
+
+// sha256Len is the byte length of the identity digests (etl_sha256_digest).
+const sha256Len = 32
+
+// errDigestFormat is a digest that is not 64 lowercase hex characters.
+var errDigestFormat = errors.New("not 64 lowercase hex characters")
+
+// decodeDigest decodes the 64-character lowercase hex digest h into dst (32
+// bytes) and returns dst. Uppercase is refused as the former text domain
+// refused it, so one digest has exactly one accepted spelling.
+func decodeDigest(dst []byte, h string) ([]byte, error) {
+	if len(h) != 2*sha256Len || strings.ToLower(h) != h {
+		return nil, errDigestFormat
+	}
+	if _, err := hex.Decode(dst, []byte(h)); err != nil {
+		return nil, errDigestFormat
+	}
+	return dst, nil
 }

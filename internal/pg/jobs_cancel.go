@@ -58,7 +58,7 @@ const cancelSQL = `SELECT * FROM etl_cancel_job($1, $2, $3)`
 // matched nothing, in a fresh statement (and so a fresh READ COMMITTED
 // snapshot that sees whatever terminal state won).
 const cancelledStateSQL = `SELECT j.cancellation_key_hash, ` + jobColumns + `
-FROM etl_job_records j WHERE j.job_record_id = $1 AND j.principal_scope_hash = $2`
+FROM etl_job_records j WHERE j.job_record_id = $1 AND j.principal_scope_hash = decode($2, 'hex')`
 
 // CancelJob cancels the caller's job when it is PENDING or RUNNING, in one
 // statement on db (a pool: the statement commits on its own; or the caller's

@@ -42,7 +42,7 @@ func ListJobs(ctx context.Context, db DBTX, p ListParams) ([]Job, error) {
 		return nil, fmt.Errorf("list jobs: limit %d below 1", p.Limit)
 	}
 	var b strings.Builder
-	b.WriteString(`SELECT ` + jobColumns + ` FROM etl_job_records j WHERE j.principal_scope_hash = $1`)
+	b.WriteString(`SELECT ` + jobColumns + ` FROM etl_job_records j WHERE j.principal_scope_hash = decode($1, 'hex')`)
 	args := []any{p.PrincipalScopeHash}
 	if p.Status != "" {
 		args = append(args, p.Status)

@@ -67,17 +67,17 @@ type ReplayOutcome struct {
 // UPDATE sees the new reference. Terminal rows are never written by the
 // claim, renew, finish or cancel paths, so no worker ever waits on it.
 const lockReplaySourceSQL = `
-SELECT job_kind, job_status, max_attempts, request_digest,
+SELECT job_kind, job_status, max_attempts, encode(request_digest, 'hex'),
        replay_root_job_record_id, replay_generation_count
 FROM etl_job_records
-WHERE job_record_id = $1 AND principal_scope_hash = $2
+WHERE job_record_id = $1 AND principal_scope_hash = decode($2, 'hex')
 FOR UPDATE`
 
 // replayByKeySQL reads the job the caller's replay key already made, if any,
 // in a fresh READ COMMITTED snapshot (taken after the source lock, so it
 // sees a concurrent winner that committed while this transaction waited).
 const replayByKeySQL = `SELECT ` + jobColumns + `
-FROM etl_job_records j WHERE j.principal_scope_hash = $1 AND j.submission_key_hash = $2`
+FROM etl_job_records j WHERE j.principal_scope_hash = decode($1, 'hex') AND j.submission_key_hash = decode($2, 'hex')`
 
 // ReplayJob creates a new PENDING job that replays the caller's FAILED or
 // CANCELLED job p.SourceJobID with p.Payload, and its job_available outbox

@@ -87,7 +87,7 @@ func TestReplayJobOutcomes(t *testing.T) {
 	var kind string
 	var maxAttempts int
 	var keyHash string
-	if err := pool.QueryRow(ctx, `SELECT job_kind, max_attempts, submission_key_hash FROM etl_job_records WHERE job_record_id = $1`,
+	if err := pool.QueryRow(ctx, `SELECT job_kind, max_attempts, encode(submission_key_hash, 'hex') FROM etl_job_records WHERE job_record_id = $1`,
 		first.Job.JobID).Scan(&kind, &maxAttempts, &keyHash); err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,8 @@ func TestReplayJobOutcomes(t *testing.T) {
 }
 
 // chainEnd inserts, by SQL, a FAILED chain root -> generation 1 -> a FAILED
-// job of generation gen (gen >= 2) and returns the last job.
+// job of generation gen (gen >= 2) and returns the last job. scope and the
+// digests are hex, decoded into the 32-byte columns (migration 00014).
 func chainEnd(t *testing.T, pool *pgxpool.Pool, scope, payload string, gen int) uuid.UUID {
 	t.Helper()
 	root := failedJob(t, pool, scope, payload)
@@ -137,8 +138,8 @@ func chainEnd(t *testing.T, pool *pgxpool.Pool, scope, payload string, gen int) 
 INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash, request_digest,
     request_payload, job_status, failure_code, max_attempts,
     replay_source_job_record_id, replay_root_job_record_id, replay_generation_count)
-VALUES ($1, 'etl_records', $3, $5, $7, NULL, 'FAILED', 'etl_target_failure', 3, $4, $4, 1),
-       ($2, 'etl_records', $3, $6, $7, NULL, 'FAILED', 'etl_target_failure', 3, $1, $4, $8)`,
+VALUES ($1, 'etl_records', decode($3, 'hex'), decode($5, 'hex'), decode($7, 'hex'), NULL, 'FAILED', 'etl_target_failure', 3, $4, $4, 1),
+       ($2, 'etl_records', decode($3, 'hex'), decode($6, 'hex'), decode($7, 'hex'), NULL, 'FAILED', 'etl_target_failure', 3, $1, $4, $8)`,
 		first, last, scope, root, pgtest.SHA(uuid.NewString()), pgtest.SHA(uuid.NewString()), pgtest.SHA(payload), gen)
 	if err != nil {
 		t.Fatal(err)
@@ -245,7 +246,7 @@ func TestReplayLineageGuard(t *testing.T) {
 		{"source failure code", `UPDATE etl_job_records SET failure_code = 'etl_internal_error' WHERE job_record_id = $1`, source},
 		{"source status", `UPDATE etl_job_records SET job_status = 'PENDING', failure_code = NULL, request_payload = '[]' WHERE job_record_id = $1`, source},
 		{"source attempts", `UPDATE etl_job_records SET attempt_count = 1 WHERE job_record_id = $1`, source},
-		{"source digest", `UPDATE etl_job_records SET request_digest = repeat('e', 64) WHERE job_record_id = $1`, source},
+		{"source digest", `UPDATE etl_job_records SET request_digest = decode(repeat('e', 64), 'hex') WHERE job_record_id = $1`, source},
 		{"source updated_at", `UPDATE etl_job_records SET updated_at = updated_at - interval '1 day' WHERE job_record_id = $1`, source},
 		{"source max attempts", `UPDATE etl_job_records SET max_attempts = 9 WHERE job_record_id = $1`, source},
 	}
@@ -285,7 +286,7 @@ func TestReplayLineageGuard(t *testing.T) {
 	other := failedJob(t, pool, repeatHex("b"), payload)
 	insert := `INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash, request_digest,
 		request_payload, max_attempts, replay_source_job_record_id, replay_root_job_record_id, replay_generation_count)
-		VALUES (gen_random_uuid(), 'etl_records', $1, $2, $3, '[]', 3, $4, $5, $6)`
+		VALUES (gen_random_uuid(), 'etl_records', decode($1, 'hex'), decode($2, 'hex'), decode($3, 'hex'), '[]', 3, $4, $5, $6)`
 	if _, err := pool.Exec(ctx, insert, scope, pgtest.SHA("x1"), pgtest.SHA("[]"), other, other, 1); pgCode(err) != "23503" {
 		t.Errorf("foreign source: %v", err)
 	}
@@ -352,8 +353,11 @@ func TestReplayGuardSeesConcurrentReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM etl_job_records WHERE job_record_id = $1 AND principal_scope_hash = $2 FOR UPDATE`, source, scope); err != nil {
+	// A lock that matched no row would leave nothing to wait on.
+	if tag, err := tx.Exec(ctx, `SELECT 1 FROM etl_job_records WHERE job_record_id = $1 AND principal_scope_hash = decode($2, 'hex') FOR UPDATE`, source, scope); err != nil {
 		t.Fatal(err)
+	} else if tag.RowsAffected() != 1 {
+		t.Fatalf("source lock took %d rows, want 1", tag.RowsAffected())
 	}
 	if _, err := pg.InsertJobs(ctx, tx, []pg.NewJob{{Kind: pg.KindETLRecords, PrincipalScopeHash: scope,
 		SubmissionKeyHash: pgtest.SHA("race-key"), RequestDigest: pgtest.SHA(payload), Payload: payload, MaxAttempts: 3,

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mightyetl/mightyetl/internal/pg"
@@ -28,10 +29,12 @@ func TestMigration00010DownRefusesWithOperatorCancelledRowsAndReverts(t *testing
 	if err := pg.MigrateTo(ctx, pool, 10); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, migCancelledRowSQL); err != nil {
+	if _, err := pool.Exec(ctx, migCancelledRowSQL(10)); err != nil {
 		t.Fatalf("insert an owner's CANCELLED row: %v", err)
 	}
-	id := pgtest.InsertJobs(t, pool, pg.NewJob{PrincipalScopeHash: pgtest.SHA("mig-10-owner"), Payload: `[{"id":"m10"}]`})[0]
+	// By SQL of version 10 (hex text digests): the product's InsertJobs
+	// speaks the newest schema.
+	id := migInsertJob(t, pool, pgtest.SHA("mig-10-owner"), `[{"id":"m10"}]`)
 	if out, err := pg.OperatorCancelJob(ctx, pool, pg.OperatorCancelParams{JobID: id, OperatorScopeHash: pgtest.SHA("mig-10-operator"),
 		CancellationKeyHash: pgtest.SHA("mig-10-cancel")}); err != nil || !out.Cancelled {
 		t.Fatalf("operator cancel: %+v, %v", out, err)
@@ -100,7 +103,8 @@ func TestMigration00010DownRefusesWithOperatorCancelledRowsAndReverts(t *testing
 // Migration 00011 (operator replay) down drops etl_operator_replay_job and
 // leaves the jobs it created (ordinary replay jobs of their source's owner)
 // intact; up restores the function, and a repeat of the earlier request
-// finds the same job.
+// finds the same job (through the bytea digests of 00014, converted from the
+// hex text the replay stored at 00011).
 func TestMigration00011DownAndUp(t *testing.T) {
 	pool, _ := pgtest.NewDatabase(t, pgtest.Options{Empty: true})
 	ctx := context.Background()
@@ -108,7 +112,13 @@ func TestMigration00011DownAndUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	const payload = `[{"id":"m11"}]`
-	source := failedJob(t, pool, pgtest.SHA("mig-11-owner"), payload)
+	// By SQL of version 11 (hex text digests): the product's InsertJobs
+	// speaks the newest schema.
+	source := migInsertJob(t, pool, pgtest.SHA("mig-11-owner"), payload)
+	if _, err := pool.Exec(ctx, `DELETE FROM etl_job_claim_queue WHERE job_record_id = $1`, source); err != nil {
+		t.Fatal(err)
+	}
+	setTerminal(t, pool, source, pg.StatusFailed)
 	p := pg.OperatorReplayParams{SourceJobID: source, OperatorScopeHash: pgtest.SHA("mig-11-operator"),
 		ReplayKeyHash: pgtest.SHA("mig-11-key"), RequestDigest: pgtest.SHA(payload), Payload: payload}
 	first, err := pg.OperatorReplayJob(ctx, pool, p)
@@ -128,8 +138,13 @@ func TestMigration00011DownAndUp(t *testing.T) {
 	if _, err := pg.OperatorReplayJob(ctx, pool, p); err == nil {
 		t.Fatal("operator replay without its function succeeded")
 	}
-	if got, err := pg.GetJob(ctx, pool, pgtest.SHA("mig-11-owner"), first.Job.JobID); err != nil || got.Lineage == nil {
-		t.Fatalf("the replay job after down: %+v, %v", got, err)
+	// The owner's read of version 10 (pg.GetJob reads the newest schema).
+	var lineageSource uuid.UUID
+	var digest string
+	if err := pool.QueryRow(ctx, `SELECT replay_source_job_record_id, request_digest FROM etl_job_records
+		WHERE job_record_id = $1 AND principal_scope_hash = $2`, first.Job.JobID, pgtest.SHA("mig-11-owner")).
+		Scan(&lineageSource, &digest); err != nil || lineageSource != source || digest != pgtest.SHA(payload) {
+		t.Fatalf("the replay job after down: source %v digest %s, %v", lineageSource, digest, err)
 	}
 
 	migUp(t, pool)
@@ -137,7 +152,11 @@ func TestMigration00011DownAndUp(t *testing.T) {
 		t.Fatal("etl_operator_replay_job missing after up")
 	}
 	again, err := pg.OperatorReplayJob(ctx, pool, p)
-	if err != nil || again.Created || again.Job.JobID != first.Job.JobID {
+	if err != nil || again.Created || again.Job.JobID != first.Job.JobID || again.Job.RequestDigest != pgtest.SHA(payload) {
 		t.Fatalf("repeat after up: %+v, %v", again, err)
+	}
+	if got, err := pg.GetJob(ctx, pool, pgtest.SHA("mig-11-owner"), first.Job.JobID); err != nil || got.Lineage == nil ||
+		got.Lineage.SourceJobID != source {
+		t.Fatalf("the replay job after up: %+v, %v", got, err)
 	}
 }

@@ -119,20 +119,75 @@ func migDown(t *testing.T, pool *pgxpool.Pool) {
 	}
 }
 
-// migInsertRow inserts one job row with the given status shape on schema
-// version 1 or 2 (columns of 00002 only when cancelled is true).
-const (
-	migPendingRowSQL = `INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
+// migByteaDigests is the migration (00014) from which principal_scope_hash,
+// submission_key_hash and request_digest of etl_job_records are 32-byte
+// bytea (domain etl_sha256_digest); before it they are 64-character
+// lowercase hex text.
+const migByteaDigests = 14
+
+// migApplied is pool's applied schema version.
+func migApplied(t *testing.T, pool *pgxpool.Pool) int64 {
+	t.Helper()
+	applied, _ := migVersion(t, pool)
+	return applied
+}
+
+// migDigest is the SQL value of an identity digest column of etl_job_records
+// at schema version v, given hexExpr, an SQL expression of its 64-character
+// hex text: the text itself before migByteaDigests, its 32 bytes from then on.
+func migDigest(v int64, hexExpr string) string {
+	if v >= migByteaDigests {
+		return "decode(" + hexExpr + ", 'hex')"
+	}
+	return hexExpr
+}
+
+// migPendingRowSQL inserts one PENDING job row on schema version v (any
+// version: it names only columns of 00001). Its owner is repeat('a', 64) and
+// its request digest repeat('b', 64), in hex.
+func migPendingRowSQL(v int64) string {
+	return `INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
 		request_digest, request_payload, job_status, max_attempts)
-	VALUES (gen_random_uuid(), 'diagnostic', repeat('a', 64), encode(sha256(gen_random_uuid()::text::bytea), 'hex'),
-		repeat('b', 64), '{}', 'PENDING', 3)`
-	migCancelledRowSQL = `INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
+	VALUES (gen_random_uuid(), 'diagnostic', ` + migDigest(v, "repeat('a', 64)") + `, ` +
+		migDigest(v, "encode(sha256(gen_random_uuid()::text::bytea), 'hex')") + `,
+		` + migDigest(v, "repeat('b', 64)") + `, '{}', 'PENDING', 3)`
+}
+
+// migCancelledRowSQL inserts one CANCELLED job row on schema version v >= 2,
+// owned as migPendingRowSQL's, with cancellation key hash repeat('c', 64).
+func migCancelledRowSQL(v int64) string {
+	return `INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
 		request_digest, request_payload, job_status, max_attempts,
 		cancellation_key_hash, cancellation_code, job_cancelled_at)
-	VALUES (gen_random_uuid(), 'diagnostic', repeat('a', 64), encode(sha256(gen_random_uuid()::text::bytea), 'hex'),
-		repeat('b', 64), NULL, 'CANCELLED', 3,
+	VALUES (gen_random_uuid(), 'diagnostic', ` + migDigest(v, "repeat('a', 64)") + `, ` +
+		migDigest(v, "encode(sha256(gen_random_uuid()::text::bytea), 'hex')") + `,
+		` + migDigest(v, "repeat('b', 64)") + `, NULL, 'CANCELLED', 3,
 		repeat('c', 64), 'etl_job_cancelled_by_owner', clock_timestamp())`
-)
+}
+
+// migInsertJob inserts a PENDING etl_records job of owner (hex) with payload
+// by raw SQL valid at pool's schema version, and from migration 00005 on its
+// claim-queue row, and returns its id: the product's InsertJobs speaks only
+// the newest schema (bytea digests). Its submission key is fresh and its
+// request digest is pgtest.SHA(payload).
+func migInsertJob(t *testing.T, pool *pgxpool.Pool, owner, payload string) uuid.UUID {
+	t.Helper()
+	v := migApplied(t, pool)
+	id := uuid.New()
+	insert := `INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
+		request_digest, request_payload, max_attempts)
+	VALUES ($1, 'etl_records', ` + migDigest(v, "$2::text") + `, ` + migDigest(v, "$3::text") + `, ` +
+		migDigest(v, "$4::text") + `, $5, 3)
+	RETURNING job_record_id, available_at`
+	if v >= 5 {
+		insert = `WITH j AS (` + insert + `)
+		INSERT INTO etl_job_claim_queue (job_record_id, claimable_at) SELECT job_record_id, available_at FROM j`
+	}
+	if _, err := pool.Exec(context.Background(), insert, id, owner, pgtest.SHA(uuid.NewString()), pgtest.SHA(payload), payload); err != nil {
+		t.Fatalf("insert a job at version %d: %v", v, err)
+	}
+	return id
+}
 
 func migAssertCoreSchema(t *testing.T, pool *pgxpool.Pool, want bool) {
 	t.Helper()
@@ -217,7 +272,7 @@ func TestMigrateUpDownUpRoundTrip(t *testing.T) {
 		t.Fatalf("after re-up: applied %d expected %d", applied, expected)
 	}
 	migAssertCoreSchema(t, pool, true)
-	if _, err := pool.Exec(ctx, migCancelledRowSQL); err != nil {
+	if _, err := pool.Exec(ctx, migCancelledRowSQL(newest)); err != nil {
 		t.Fatalf("insert CANCELLED row after re-up: %v", err)
 	}
 }
@@ -258,7 +313,7 @@ func TestMigration00001DownReverts(t *testing.T) {
 		t.Fatal(err)
 	}
 	migAssertCoreSchema(t, pool, true)
-	if _, err := pool.Exec(ctx, migPendingRowSQL); err != nil {
+	if _, err := pool.Exec(ctx, migPendingRowSQL(1)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `INSERT INTO etl_outbox_events (event_kind) VALUES ('job_available')`); err != nil {
@@ -285,7 +340,7 @@ func TestMigration00002DownReverts(t *testing.T) {
 	ctx := context.Background()
 	migUp(t, pool)
 	// Non-cancelled rows survive the down migration.
-	if _, err := pool.Exec(ctx, migPendingRowSQL); err != nil {
+	if _, err := pool.Exec(ctx, migPendingRowSQL(migApplied(t, pool))); err != nil {
 		t.Fatal(err)
 	}
 	if err := pg.MigrateTo(ctx, pool, 1); err != nil {
@@ -305,11 +360,12 @@ func TestMigration00002DownReverts(t *testing.T) {
 		}
 	}
 	var n int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM etl_job_records WHERE job_status = 'PENDING'`).Scan(&n); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM etl_job_records WHERE job_status = 'PENDING'
+		AND principal_scope_hash = repeat('a', 64) AND request_digest = repeat('b', 64)`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	if n != 1 {
-		t.Fatalf("PENDING rows after down: %d, want 1", n)
+		t.Fatalf("PENDING rows with their hex owner and digest after down: %d, want 1", n)
 	}
 	// The status check rejects CANCELLED again (a row otherwise terminal-shaped).
 	_, err := pool.Exec(ctx, `INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
@@ -321,7 +377,7 @@ func TestMigration00002DownReverts(t *testing.T) {
 	}
 	// Up again restores it.
 	migUp(t, pool)
-	if _, err := pool.Exec(ctx, migCancelledRowSQL); err != nil {
+	if _, err := pool.Exec(ctx, migCancelledRowSQL(migApplied(t, pool))); err != nil {
 		t.Fatalf("insert CANCELLED after re-up: %v", err)
 	}
 }
@@ -363,7 +419,7 @@ func TestMigration00003DownReverts(t *testing.T) {
 		}
 	}
 	present(true)
-	if _, err := pool.Exec(ctx, migPendingRowSQL); err != nil {
+	if _, err := pool.Exec(ctx, migPendingRowSQL(3)); err != nil {
 		t.Fatal(err)
 	}
 	if err := pg.MigrateTo(ctx, pool, 2); err != nil {
@@ -392,7 +448,7 @@ func TestMigration00002DownRefusesWithCancelledRows(t *testing.T) {
 	pool, _ := pgtest.NewDatabase(t, pgtest.Options{Empty: true})
 	ctx := context.Background()
 	migUp(t, pool)
-	if _, err := pool.Exec(ctx, migCancelledRowSQL); err != nil {
+	if _, err := pool.Exec(ctx, migCancelledRowSQL(migApplied(t, pool))); err != nil {
 		t.Fatalf("insert valid CANCELLED row: %v", err)
 	}
 	// Newer migrations roll back; 00002 refuses.
@@ -572,18 +628,20 @@ func TestEnsureDatabaseLeavesMaintenanceDatabaseAlone(t *testing.T) {
 // PENDING and RUNNING jobs get their queue rows (claimable at available_at and
 // at the lease expiry), terminal jobs none; the old partial indexes go, and
 // the new format checks accept and refuse exactly what the regular
-// expressions did. Down restores the indexes and drops the queue, keeping
-// every job row; up again re-queues them.
+// expressions did (checked at version 5: from 00014 on the identity digests
+// are 32-byte bytea, whose length check is checked at the newest version).
+// Down restores the indexes and drops the queue, keeping every job row; up
+// again re-queues them.
 func TestMigration00005QueuesExistingJobsAndDownReverts(t *testing.T) {
 	pool, _ := pgtest.NewDatabase(t, pgtest.Options{Empty: true})
 	ctx := context.Background()
 	if err := pg.MigrateTo(ctx, pool, 4); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, migPendingRowSQL); err != nil {
+	if _, err := pool.Exec(ctx, migPendingRowSQL(4)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, migCancelledRowSQL); err != nil {
+	if _, err := pool.Exec(ctx, migCancelledRowSQL(4)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
@@ -593,7 +651,9 @@ func TestMigration00005QueuesExistingJobsAndDownReverts(t *testing.T) {
 		gen_random_uuid(), 'worker-mig-0005', clock_timestamp() + interval '1 hour', nextval('etl_lease_fencing_token_sequence'))`); err != nil {
 		t.Fatal(err)
 	}
-	migUp(t, pool)
+	if err := pg.MigrateTo(ctx, pool, 5); err != nil {
+		t.Fatal(err)
+	}
 	if migRelationExists(t, pool, "etl_job_claim_eligibility_index") || migRelationExists(t, pool, "etl_job_lease_expiry_index") {
 		t.Error("the job row's eligibility indexes survived 00005")
 	}
@@ -675,6 +735,29 @@ func TestMigration00005QueuesExistingJobsAndDownReverts(t *testing.T) {
 	}
 	migUp(t, pool)
 	pgtest.AssertClaimQueueConsistent(t, pool)
+
+	// At the newest version the identity digests are exactly 32 bytes
+	// (etl_sha256_digest, migration 00014).
+	for _, c := range []struct {
+		name, set string
+		ok        bool
+	}{
+		{"digest 32 bytes", `request_digest = decode(repeat('0123456789abcdef', 4), 'hex')`, true},
+		{"digest 31 bytes", `request_digest = decode(repeat('ab', 31), 'hex')`, false},
+		{"digest 33 bytes", `request_digest = decode(repeat('ab', 33), 'hex')`, false},
+		{"digest of hex text", `request_digest = convert_to(repeat('a', 64), 'UTF8')`, false},
+		{"submission key hash 31 bytes", `submission_key_hash = decode(repeat('ab', 31), 'hex')`, false},
+		{"submission key hash 33 bytes", `submission_key_hash = decode(repeat('ab', 33), 'hex')`, false},
+	} {
+		_, err := pool.Exec(ctx, `UPDATE etl_job_records SET `+c.set+` WHERE job_status = 'PENDING'`)
+		var pgErr *pgconn.PgError
+		if c.ok && err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+		if !c.ok && (!errors.As(err, &pgErr) || pgErr.Code != "23514" || pgErr.ConstraintName != "etl_sha256_digest_length_check") {
+			t.Errorf("%s: %v, want 23514 etl_sha256_digest_length_check", c.name, err)
+		}
+	}
 }
 
 // Migration 00006 lets one lifecycle outbox row carry a finish group; down
@@ -740,11 +823,13 @@ func TestMigration00007GuardsReplayOwnersWithoutTheIdentityIndex(t *testing.T) {
 	if migConstraintExists(t, pool, "etl_job_owner_scoped_identity_unique") {
 		t.Fatal("the owner-scoped identity index survived 00007")
 	}
+	v := migApplied(t, pool)
 	insert := func(id, owner, source, root string, gen any) error {
 		_, err := pool.Exec(ctx, `INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
 			request_digest, request_payload, job_status, max_attempts, failure_code,
 			replay_source_job_record_id, replay_root_job_record_id, replay_generation_count)
-			VALUES ($1::uuid, 'diagnostic', $2, encode(sha256(convert_to($1::text, 'UTF8')), 'hex'), repeat('b', 64), NULL, 'FAILED', 3, 'etl_internal_error',
+			VALUES ($1::uuid, 'diagnostic', `+migDigest(v, "$2::text")+`, `+migDigest(v, "encode(sha256(convert_to($1::text, 'UTF8')), 'hex')")+`,
+			`+migDigest(v, "repeat('b', 64)")+`, NULL, 'FAILED', 3, 'etl_internal_error',
 			NULLIF($3, '')::uuid, NULLIF($4, '')::uuid, $5)`, id, owner, source, root, gen)
 		return err
 	}
@@ -776,7 +861,7 @@ func TestMigration00007GuardsReplayOwnersWithoutTheIdentityIndex(t *testing.T) {
 	if err := insert("00000000-0000-7000-8000-0000000000d4", ownerA, srcA, rootA, 2); err != nil {
 		t.Fatalf("same-owner replay: %v", err)
 	}
-	_, err := pool.Exec(ctx, `UPDATE etl_job_records SET principal_scope_hash = $1 WHERE job_record_id = $2`, ownerA, otherB)
+	_, err := pool.Exec(ctx, `UPDATE etl_job_records SET principal_scope_hash = `+migDigest(v, "$1::text")+` WHERE job_record_id = $2`, ownerA, otherB)
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "23000" {
 		t.Fatalf("owner change: %v, want 23000", err)
@@ -788,6 +873,11 @@ func TestMigration00007GuardsReplayOwnersWithoutTheIdentityIndex(t *testing.T) {
 		if !migConstraintExists(t, pool, c) {
 			t.Errorf("%s not restored by the down migration", c)
 		}
+	}
+	// The owners are hex text again, as inserted.
+	var owned int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM etl_job_records WHERE principal_scope_hash = $1`, ownerA).Scan(&owned); err != nil || owned != 3 {
+		t.Fatalf("jobs of owner A after down: %d %v, want 3", owned, err)
 	}
 	migUp(t, pool)
 }

@@ -51,7 +51,7 @@ type OpsJob struct {
 	AvailableAt      time.Time
 }
 
-const opsJobColumns = `j.job_record_id, j.job_kind, j.job_status, left(j.principal_scope_hash, 8), j.attempt_count, ` +
+const opsJobColumns = `j.job_record_id, j.job_kind, j.job_status, left(encode(j.principal_scope_hash, 'hex'), 8), j.attempt_count, ` +
 	`j.max_attempts, j.failure_code::text, j.cancellation_code, j.created_at, j.updated_at, j.available_at`
 
 func scanOpsJob(row scanner, extra ...any) (OpsJob, error) {
@@ -325,7 +325,7 @@ type OpsDetail struct {
 }
 
 const opsDetailSQL = `
-SELECT left(j.request_digest, 12), j.replay_source_job_record_id, j.replay_root_job_record_id,
+SELECT left(encode(j.request_digest, 'hex'), 12), j.replay_source_job_record_id, j.replay_root_job_record_id,
        j.replay_generation_count, p.lease_owner_id, p.lease_expires_at, p.lease_fencing_token,
        p.record_count, p.database_now, ` + opsJobColumns + `
 FROM etl_job_records j, etl_ops_job_private(j.job_record_id) p

@@ -40,7 +40,7 @@ INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, subm
     request_payload, job_status, attempt_count, max_attempts, available_at, lease_claim_id, lease_owner_id,
     lease_expires_at, lease_fencing_token, failure_code, created_at, updated_at)
 SELECT (substr(hx, 1, 8) || '-' || substr(hx, 9, 4) || '-7' || substr(h, 1, 3) || '-8' || substr(h, 4, 3) || '-' || substr(h, 7, 12))::uuid,
-       'etl_records', md5((i % 7)::text) || md5((i % 7)::text), h || md5(h), h || h,
+       'etl_records', decode(md5((i % 7)::text) || md5((i % 7)::text), 'hex'), decode(h || md5(h), 'hex'), decode(h || h, 'hex'),
        CASE WHEN st IN ('PENDING', 'RUNNING') THEN '[{"id":"a"},{"id":"b"}]' END,
        st, CASE WHEN st = 'PENDING' THEN 0 ELSE 1 END, 3, at,
        CASE WHEN st = 'RUNNING' THEN gen_random_uuid() END,

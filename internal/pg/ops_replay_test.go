@@ -40,7 +40,7 @@ func TestOperatorReplayJobOutcomes(t *testing.T) {
 	id := out.Job.JobID
 	var scope, keyHash, stored, kind string
 	var maxAttempts int
-	if err := pool.QueryRow(ctx, `SELECT principal_scope_hash, submission_key_hash, request_payload, job_kind, max_attempts
+	if err := pool.QueryRow(ctx, `SELECT encode(principal_scope_hash, 'hex'), encode(submission_key_hash, 'hex'), request_payload, job_kind, max_attempts
 		FROM etl_job_records WHERE job_record_id = $1`, id).Scan(&scope, &keyHash, &stored, &kind, &maxAttempts); err != nil {
 		t.Fatal(err)
 	}
