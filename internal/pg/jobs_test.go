@@ -2,6 +2,7 @@ package pg_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -42,4 +43,49 @@ func TestInsertJobsRetryWithSameIDs(t *testing.T) {
 		t.Errorf("%d job_available events (%v)", events, err)
 	}
 	pgtest.AssertClaimQueueConsistent(t, pool)
+}
+
+// TestInsertJobsStoresDigestsAsBytesAndRefusesMalformedHex: the identity
+// digests arrive as 64 lowercase hex characters and are stored as their 32
+// bytes (migration 00014); the read-back digest is the same hex. A digest in
+// any other spelling (uppercase, short, long, not hex) is refused before the
+// statement, so nothing of the batch is written.
+func TestInsertJobsStoresDigestsAsBytesAndRefusesMalformedHex(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	good := pg.NewJob{Kind: pg.KindETLRecords, PrincipalScopeHash: pgtest.SHA("owner"),
+		SubmissionKeyHash: pgtest.SHA("key"), RequestDigest: pgtest.SHA("[]"), Payload: "[]", MaxAttempts: 3}
+	ins, err := pg.InsertJobs(ctx, pool, []pg.NewJob{good})
+	if err != nil || !ins[0].Created || ins[0].RequestDigest != good.RequestDigest {
+		t.Fatalf("insert: %+v %v", ins, err)
+	}
+	var scope, key, digest string
+	var lengths int
+	if err := pool.QueryRow(ctx, `SELECT encode(principal_scope_hash, 'hex'), encode(submission_key_hash, 'hex'),
+		encode(request_digest, 'hex'), octet_length(principal_scope_hash) + octet_length(submission_key_hash) + octet_length(request_digest)
+		FROM etl_job_records WHERE job_record_id = $1`, ins[0].JobID).Scan(&scope, &key, &digest, &lengths); err != nil {
+		t.Fatal(err)
+	}
+	if scope != good.PrincipalScopeHash || key != good.SubmissionKeyHash || digest != good.RequestDigest || lengths != 96 {
+		t.Errorf("stored %s %s %s, %d bytes", scope, key, digest, lengths)
+	}
+	for name, mutate := range map[string]func(*pg.NewJob){
+		"uppercase scope": func(j *pg.NewJob) { j.PrincipalScopeHash = strings.ToUpper(j.PrincipalScopeHash) },
+		"short key":       func(j *pg.NewJob) { j.SubmissionKeyHash = j.SubmissionKeyHash[:62] },
+		"long digest":     func(j *pg.NewJob) { j.RequestDigest += "00" },
+		"not hex key":     func(j *pg.NewJob) { j.SubmissionKeyHash = strings.Repeat("g", 64) },
+	} {
+		bad := good
+		bad.SubmissionKeyHash = pgtest.SHA(name)
+		mutate(&bad)
+		fresh := good
+		fresh.SubmissionKeyHash = pgtest.SHA(name + " fresh")
+		if _, err := pg.InsertJobs(ctx, pool, []pg.NewJob{fresh, bad}); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM etl_job_records`); n != 1 {
+		t.Errorf("%d jobs after the refused batches, want 1", n)
+	}
 }
