@@ -64,6 +64,19 @@ func ParseBatch(body []byte, maxRecords int) ([]Record, error) {
 	if len(bytes.TrimSpace(body)) == 0 || !utf8.Valid(body) {
 		return nil, invalidJSON()
 	}
+	if json.Valid(body) {
+		// The common case: a walk that relies on the syntax being checked.
+		return parseValid(body, maxRecords)
+	}
+	// Broken JSON: the token stream decides which problem comes first (an
+	// oversized batch that breaks later is etl_batch_too_large).
+	return parseTokens(body, maxRecords)
+}
+
+// parseTokens is ParseBatch on encoding/json's token stream: the reference
+// the faster parseValid must agree with on every valid body, and the path of
+// invalid ones.
+func parseTokens(body []byte, maxRecords int) ([]Record, error) {
 	p := parser{body: body, dec: json.NewDecoder(bytes.NewReader(body))}
 	p.dec.UseNumber()
 
@@ -265,11 +278,12 @@ func validFieldName(name string) bool {
 	return true
 }
 
-// memberSet detects repeated member names: a slice scan while small, a map beyond smallSet.
-// The zero value is empty.
+// memberSet detects repeated member names: a scan of an inline array while small (no
+// allocation), a map beyond smallSet. The zero value is empty.
 type memberSet struct {
-	list []string
-	set  map[string]struct{}
+	n     int
+	small [smallSet]string
+	set   map[string]struct{}
 }
 
 // add records name and reports false if it was already present.
@@ -281,20 +295,21 @@ func (s *memberSet) add(name string) bool {
 		s.set[name] = struct{}{}
 		return true
 	}
-	for _, n := range s.list {
+	for _, n := range s.small[:s.n] {
 		if n == name {
 			return false
 		}
 	}
-	if len(s.list) < smallSet {
-		s.list = append(s.list, name)
+	if s.n < smallSet {
+		s.small[s.n] = name
+		s.n++
 		return true
 	}
 	s.set = make(map[string]struct{}, 2*smallSet)
-	for _, n := range s.list {
+	for _, n := range s.small {
 		s.set[n] = struct{}{}
 	}
 	s.set[name] = struct{}{}
-	s.list = nil
+	s.small = [smallSet]string{}
 	return true
 }

@@ -25,3 +25,16 @@ func BenchmarkProcess(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkProcessSubmitBody is Process on the body of the HTTP intake
+// bench (two short records): the per-request share of a submission.
+func BenchmarkProcessSubmitBody(b *testing.B) {
+	body := []byte(`[{"id":"r1","name":"jane","email":"J@X.ORG","amount":"12.345"},{"id":"r2","name":"joe","amount":7}]`)
+	b.ReportAllocs()
+	for b.Loop() {
+		rows, err := Process(body, 1000)
+		if err != nil || len(rows) != 2 {
+			b.Fatal(err)
+		}
+	}
+}

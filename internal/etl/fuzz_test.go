@@ -3,9 +3,11 @@ package etl
 import (
 	"encoding/json"
 	"math/big"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // referenceAmount is an independent model of the AMOUNT rule on math/big, used to check
@@ -205,6 +207,43 @@ func FuzzTransform(f *testing.F) {
 		}
 		if got := ResponseText(rows); strings.Count(got, "Processed: ") != len(rows) {
 			t.Fatalf("ResponseText %q", got)
+		}
+	})
+}
+
+// FuzzParseBatchPaths pins that ParseBatch's walk of valid JSON
+// (parseValid) returns exactly what the token-stream parser returns: the
+// same records, fields and raw values, or the same error and index.
+func FuzzParseBatchPaths(f *testing.F) {
+	for _, s := range seedBodies {
+		f.Add([]byte(s), uint8(4))
+	}
+	for _, s := range []string{
+		`[ {"id" : "a" , "x" : [ 1 , { "y" : "z" } ] } , 3 , {"id":"b"} ]`,
+		`[{"id":"a","\u0069d":"b"}]`, `[{"id":"a\"b","n":"\\"}]`, `[{"id":1}]`,
+		`[{"id":"a","n":[{"k":1},{"k":2}]}]`, `[{"id":"a","n":{"k":{"k":{"k":[]}}}}]`,
+		`[{"id":"a","amount":1.5e3,"neg":-0.0e-1,"t":true,"f":false,"z":null}]`,
+		`[{"id":"a"},{"id":"b","x":1,"x":2}]`, `[{"id":"a"},[{"x":1,"x":2}]]`,
+		"[\n\t{\"id\":\"a\"}\r\n]\n", `[{"id":"a","s":"\ud800"}]`, `[{"id":"a","n":1e999999}]`,
+		`[` + strings.Repeat(`[`, 130) + strings.Repeat(`]`, 130) + `]`,
+		`[{"id":"a","n":` + strings.Repeat(`[`, 126) + strings.Repeat(`]`, 126) + `}]`,
+		`[{"id":"a","n":` + strings.Repeat(`[`, 127) + strings.Repeat(`]`, 127) + `}]`,
+	} {
+		f.Add([]byte(s), uint8(4))
+		f.Add([]byte(s), uint8(1))
+	}
+	f.Fuzz(func(t *testing.T, body []byte, max uint8) {
+		if len(strings.TrimSpace(string(body))) == 0 || !utf8.Valid(body) || !json.Valid(body) {
+			return
+		}
+		maxRecords := int(max%8) + 1
+		want, wantErr := parseTokens(body, maxRecords)
+		got, gotErr := parseValid(body, maxRecords)
+		if !reflect.DeepEqual(gotErr, wantErr) {
+			t.Fatalf("%q: error %v, want %v", body, gotErr, wantErr)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q: records %+v, want %+v", body, got, want)
 		}
 	})
 }
