@@ -38,3 +38,15 @@ func BenchmarkProcessSubmitBody(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkValidateSubmitBody is Validate, the check of a durable
+// submission, on the body of BenchmarkProcessSubmitBody.
+func BenchmarkValidateSubmitBody(b *testing.B) {
+	body := []byte(`[{"id":"r1","name":"jane","email":"J@X.ORG","amount":"12.345"},{"id":"r2","name":"joe","amount":7}]`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := Validate(body, 1000); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -247,3 +247,25 @@ func FuzzParseBatchPaths(f *testing.F) {
 		}
 	})
 }
+
+// FuzzValidate pins that Validate returns exactly Process's error.
+func FuzzValidate(f *testing.F) {
+	for _, s := range seedBodies {
+		f.Add([]byte(s))
+	}
+	for _, s := range []string{
+		`[{"id":"a","AMOUNT":"1.005","Name":"x","eMail":"Y"}]`, `[{"id":"a","amount":true}]`,
+		`[{"id":"a","amount":{}}]`, `[{"id":"a","amount":"1e3"}]`, `[{"id":"a","amount":null}]`,
+		`[{"id":"a","amount":1e3}]`, `[{"id":"a","amount":1e30}]`, `[{"id":"a","s":"a\"b"}]`,
+		`[{"id":"a","s":"\u0000"}]`, `[{"id":"a","n":{"s":"\u0000"}}]`, `[{"id":"a","n":["\\u0000"]}]`,
+		`[{"id":"a","ａｍｏｕｎｔ":"x"}]`, `[{"id":"a","amounｔ":"x"}]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		_, want := Process(body, 8)
+		if got := Validate(body, 8); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q: Validate %v, Process %v", body, got, want)
+		}
+	})
+}

@@ -86,7 +86,7 @@ func (s *Service) submit(ctx context.Context, req SubmitRequest) (SubmitResult, 
 	switch kind {
 	case "", pg.KindETLRecords:
 		kind = pg.KindETLRecords
-		if _, err := etl.Process(req.Body, s.maxRecords); err != nil {
+		if err := etl.Validate(req.Body, s.maxRecords); err != nil {
 			return SubmitResult{}, fromETL(err)
 		}
 	case pg.KindDiagnostic:
