@@ -30,17 +30,39 @@ type listResponse struct {
 	NextCursor string           `json:"nextCursor,omitempty"`
 }
 
+// Header values every response of a kind shares. net/http only reads a
+// header's value slices, and this package never changes one in place (Set,
+// Add and Del replace the slice), so one slice serves every response without
+// an allocation each.
+var (
+	noStoreValue     = []string{"no-store"}
+	jsonContentValue = []string{"application/json"}
+	replayedValues   = [2][]string{{"false"}, {"true"}}
+)
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
 		status, body = http.StatusInternalServerError, []byte(`{}`)
 	}
-	w.Header().Set("Content-Type", "application/json")
+	writeJSONBody(w, status, body)
+}
+
+// writeJSONBody writes body, already JSON, as application/json.
+func writeJSONBody(w http.ResponseWriter, status int, body []byte) {
+	w.Header()["Content-Type"] = jsonContentValue
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }
 
-func replayedHeader(replayed bool) string { return strconv.FormatBool(replayed) }
+// setReplayed sets Idempotency-Replayed: true or false.
+func setReplayed(h http.Header, replayed bool) {
+	v := 0
+	if replayed {
+		v = 1
+	}
+	h["Idempotency-Replayed"] = replayedValues[v]
+}
 
 // readBody reads the whole body within the payload limit and the
 // in-flight byte budget. A declared Content-Length above the limit is
@@ -109,11 +131,38 @@ func (a *api) submit(kind string) apiHandler {
 // a submission or a replay: Location (base/{id}), Idempotency-Replayed and
 // the submit body.
 func writeAccepted(w http.ResponseWriter, base string, job pg.Job, replayed bool) {
-	loc := base + "/" + job.JobID.String()
+	id := job.JobID.String()
+	loc := base + "/" + id
 	h := w.Header()
-	h.Set("Location", loc)
-	h.Set("Idempotency-Replayed", replayedHeader(replayed))
-	writeJSON(w, http.StatusAccepted, submitResponse{JobRecordID: job.JobID.String(), JobStatus: job.Status, StatusURL: loc})
+	h["Location"] = []string{loc}
+	setReplayed(h, replayed)
+	if !plainJSONString(base) || !plainJSONString(job.Status) {
+		writeJSON(w, http.StatusAccepted, submitResponse{JobRecordID: id, JobStatus: job.Status, StatusURL: loc})
+		return
+	}
+	// What json.Marshal makes of submitResponse, without reflection: no
+	// value needs an escape.
+	body := make([]byte, 0, len(`{"jobRecordId":"","jobStatus":"","statusUrl":""}`)+len(id)+len(job.Status)+len(loc))
+	body = append(body, `{"jobRecordId":"`...)
+	body = append(body, id...)
+	body = append(body, `","jobStatus":"`...)
+	body = append(body, job.Status...)
+	body = append(body, `","statusUrl":"`...)
+	body = append(body, loc...)
+	body = append(body, `"}`...)
+	writeJSONBody(w, http.StatusAccepted, body)
+}
+
+// plainJSONString reports whether json.Marshal writes s as it is between
+// quotes: printable ASCII without '"', '\\', '<', '>' or '&'.
+func plainJSONString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20, c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }
 
 // parseJobID accepts only the canonical 36-character UUID form (either
@@ -296,7 +345,7 @@ func (a *api) cancel(w http.ResponseWriter, r *http.Request, principal string) {
 		writeProblem(w, r, intake.CodeOf(err))
 		return
 	}
-	w.Header().Set("Idempotency-Replayed", replayedHeader(res.Replayed))
+	setReplayed(w.Header(), res.Replayed)
 	a.writeJob(w, http.StatusOK, intake.NewJobView(res.Job))
 }
 
@@ -371,7 +420,7 @@ func (a *api) process(w http.ResponseWriter, r *http.Request, principal string) 
 	h := w.Header()
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	if present {
-		h.Set("Idempotency-Replayed", replayedHeader(res.Replayed))
+		setReplayed(h, res.Replayed)
 	}
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write([]byte(res.ResponseText))

@@ -40,6 +40,9 @@ func isJSONContentType(h http.Header) bool {
 	if len(vals) != 1 {
 		return false
 	}
+	if vals[0] == "application/json" {
+		return true // what every client sends; ParseMediaType would agree
+	}
 	mt, params, err := mime.ParseMediaType(vals[0])
 	if err != nil || mt != "application/json" {
 		return false

@@ -87,7 +87,7 @@ type apiHandler func(w http.ResponseWriter, r *http.Request, principal string)
 // authenticator's WWW-Authenticate challenge.
 func (a *api) authenticated(h apiHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Cache-Control", "no-store")
+		w.Header()["Cache-Control"] = noStoreValue
 		principal, err := a.opts.Authenticator.Authenticate(r)
 		if throttled := (*auth.ThrottleError)(nil); errors.As(err, &throttled) {
 			writeAuthThrottled(w, r, throttled)
