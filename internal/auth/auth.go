@@ -1,13 +1,16 @@
 package auth
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -187,6 +190,30 @@ func ScopeHash(key []byte, principal string) string {
 	m := hmac.New(sha256.New, key)
 	m.Write([]byte(principal))
 	return hex.EncodeToString(m.Sum(nil))
+}
+
+// ScopeHasher computes [ScopeHash] under one key, reusing keyed HMAC states
+// across calls instead of keying a new one each time. Build it with
+// [NewScopeHasher]; it is safe for concurrent use.
+type ScopeHasher struct {
+	pool sync.Pool // of hash.Hash: HMAC-SHA256 under the key
+}
+
+// NewScopeHasher returns a ScopeHasher for key (copied).
+func NewScopeHasher(key []byte) *ScopeHasher {
+	key = bytes.Clone(key)
+	return &ScopeHasher{pool: sync.Pool{New: func() any { return hmac.New(sha256.New, key) }}}
+}
+
+// Hash returns ScopeHash(key, principal).
+func (s *ScopeHasher) Hash(principal string) string {
+	m := s.pool.Get().(hash.Hash)
+	m.Reset()
+	m.Write([]byte(principal))
+	var sum [sha256.Size]byte
+	m.Sum(sum[:0])
+	s.pool.Put(m)
+	return hex.EncodeToString(sum[:])
 }
 
 // Deny is the [ModeDeny] Authenticator: it rejects every request.

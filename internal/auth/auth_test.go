@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -68,6 +69,29 @@ func TestScopeHash(t *testing.T) {
 	if ScopeHash([]byte("k"), "alice") == ScopeHash([]byte("other"), "alice") {
 		t.Error("ScopeHash ignores the key")
 	}
+}
+
+// TestScopeHasher pins that the reusing hasher gives ScopeHash's value,
+// also when its states are reused concurrently and the caller's key slice
+// changes afterwards.
+func TestScopeHasher(t *testing.T) {
+	key := []byte("Jefe")
+	h := NewScopeHasher(key)
+	key[0] = 'X'
+	principals := []string{"what do ya want for nothing?", "", "alice", "ünïcødé", strings.Repeat("p", 512)}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 50 {
+				for _, p := range principals {
+					if got, want := h.Hash(p), ScopeHash([]byte("Jefe"), p); got != want {
+						t.Errorf("Hash(%q) = %s, want %s", p, got, want)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func TestCheckPrincipal(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"hash"
 	"net/http"
 	"runtime"
 	"strings"
@@ -86,7 +87,8 @@ type BasicOptions struct {
 type Basic struct {
 	path    string
 	now     func() time.Time
-	macKey  []byte // random per process; keys the cache
+	macKey  []byte    // random per process; keys the cache
+	macs    sync.Pool // of hash.Hash: HMAC-SHA256 under macKey, reused by cacheKey
 	cache   *verifiedCache
 	limiter *failureLimiter // nil when disabled
 	gate    *hashGate
@@ -129,6 +131,7 @@ func newBasic(opts BasicOptions, now func() time.Time) (*Basic, error) {
 			cmp.Or(opts.MaxHashWait, DefaultMaxHashWait)),
 	}
 	rand.Read(b.macKey)
+	b.macs.New = func() any { return hmac.New(sha256.New, b.macKey) }
 	ttl := cmp.Or(opts.CacheTTL, DefaultCacheTTL)
 	size := cmp.Or(opts.CacheSize, DefaultCacheSize)
 	if ttl > 0 && size > 0 {
@@ -218,12 +221,14 @@ func (b *Basic) verify(r *http.Request, addr string, suspect bool, h passwordHas
 // cache never holds a password or anything that can be checked offline
 // against a guess without the key.
 func (b *Basic) cacheKey(user string, pass []byte) [32]byte {
-	m := hmac.New(sha256.New, b.macKey)
+	m := b.macs.Get().(hash.Hash)
+	m.Reset()
 	m.Write([]byte(user))
 	m.Write([]byte{':'})
 	m.Write(pass)
 	var k [32]byte
 	m.Sum(k[:0])
+	b.macs.Put(m)
 	return k
 }
 

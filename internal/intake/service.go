@@ -95,6 +95,7 @@ func (o Options) WithDefaults() Options {
 type Service struct {
 	db          DB
 	hashKey     []byte
+	scopes      *auth.ScopeHasher // under hashKey
 	maxRecords  int
 	maxAttempts int
 	metrics     *metrics.Intake
@@ -133,6 +134,7 @@ func New(opts Options) (*Service, error) {
 	s := &Service{
 		db:          opts.DB,
 		hashKey:     append([]byte(nil), opts.PrincipalHashKey...),
+		scopes:      auth.NewScopeHasher(opts.PrincipalHashKey),
 		maxRecords:  opts.MaxBatchRecords,
 		maxAttempts: opts.MaxAttempts,
 		metrics:     opts.Metrics,
@@ -162,7 +164,7 @@ func (s *Service) scope(principal string) (string, error) {
 	if len(s.hashKey) == 0 {
 		return "", ErrInternal // misconfigured: never hash under an empty key
 	}
-	return auth.ScopeHash(s.hashKey, principal), nil
+	return s.scopes.Hash(principal), nil
 }
 
 // Status returns the caller's job jobID. Absent and foreign jobs are both
