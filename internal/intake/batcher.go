@@ -60,10 +60,11 @@ type batcher struct {
 	maxInFlight  int
 	flushTimeout time.Duration
 	observe      func(n int) // batch size, may be nil
-	// notify wakes the outbox relays after each flush: the job_available
-	// group row does not NOTIFY in its transaction (migration 00013). nil
-	// in tests that build a batcher alone.
-	notify *pg.OutboxNotifier
+	// wakeOutbox wakes the outbox relays after each flush
+	// (Service.wakeOutbox): the job_available group row does not NOTIFY in
+	// its transaction (migration 00013). nil in tests that build a batcher
+	// alone.
+	wakeOutbox func()
 
 	mu           sync.Mutex
 	pending      []*submission
@@ -299,7 +300,9 @@ func (b *batcher) flush(ctx context.Context, batch []*submission) {
 	// After every flush, even a failed one: an autocommitted insert may have
 	// committed before a later step failed. A wake-up finding nothing costs
 	// the relay one empty batch.
-	b.notify.Kick()
+	if b.wakeOutbox != nil {
+		b.wakeOutbox()
+	}
 	if err != nil {
 		failBatch(batch, err)
 		return

@@ -295,3 +295,54 @@ func TestKeyHashes(t *testing.T) {
 		}
 	}
 }
+
+// TestOutboxWakeReplacesNotify: with SetOutboxWake, a submission's and a
+// replay's commit call the process's wake-up before the caller gets its
+// answer; after SetOutboxWake(nil) they no longer do (they NOTIFY again).
+func TestOutboxWakeReplacesNotify(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newService(t, nil)
+	var mu sync.Mutex
+	wakes := map[string]int{} // by phase
+	phase := "submit"
+	s.SetOutboxWake(func() {
+		mu.Lock()
+		wakes[phase]++
+		mu.Unlock()
+	})
+	count := func(p string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return wakes[p]
+	}
+	sub, err := s.Submit(ctx, SubmitRequest{Principal: "alice", IdempotencyKey: "wake-submit-000000001", Body: []byte(body)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if count("submit") == 0 {
+		t.Fatal("submit committed without waking the process's relay")
+	}
+	if _, err := s.Cancel(ctx, CancelRequest{Principal: "alice", JobID: sub.Job.JobID, IdempotencyKey: "wake-cancel-000000001"}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	phase = "replay"
+	mu.Unlock()
+	if _, err := s.Replay(ctx, ReplayRequest{Principal: "alice", IdempotencyKey: "wake-replay-000000001", JobID: sub.Job.JobID, Body: []byte(body)}); err != nil {
+		t.Fatal(err)
+	}
+	if count("replay") != 1 {
+		t.Fatalf("replay woke the relay %d times, want 1", count("replay"))
+	}
+	mu.Lock()
+	phase = "after"
+	mu.Unlock()
+	s.SetOutboxWake(nil)
+	if _, err := s.Submit(ctx, SubmitRequest{Principal: "alice", IdempotencyKey: "wake-submit-000000002", Body: []byte(body)}); err != nil {
+		t.Fatal(err)
+	}
+	if n := count("after"); n != 0 {
+		t.Fatalf("cleared wake-up called %d times", n)
+	}
+}

@@ -116,7 +116,7 @@ func (s *Service) replayResult(out pg.ReplayOutcome, err error) (ReplayResult, e
 		return ReplayResult{}, replayError(err)
 	}
 	if out.Created {
-		s.notify.Kick()
+		s.wakeOutbox()
 	}
 	return ReplayResult{Job: out.Job, Replayed: !out.Created}, nil
 }

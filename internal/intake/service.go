@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -101,8 +102,35 @@ type Service struct {
 	metrics     *metrics.Intake
 	batcher     *batcher
 	// notify wakes the outbox relays after a commit that wrote an outbox
-	// group row (submit, replay).
+	// group row (submit, replay), unless outboxWake is set.
 	notify *pg.OutboxNotifier
+	// outboxWake, when set, wakes the relay of this process instead (see
+	// SetOutboxWake).
+	outboxWake atomic.Pointer[func()]
+}
+
+// SetOutboxWake makes wake the wake-up the service sends after a commit
+// that wrote outbox rows, instead of a NOTIFY on the outbox channel: for a
+// process that runs an outbox relay itself (outbox.Relay.Wake), which then
+// takes those rows without a PostgreSQL round trip per commit, and without
+// waking the relays of other processes for rows it takes anyway. nil
+// restores the NOTIFY (set it before that relay stops, so later commits
+// wake the others). wake must not block. Safe for concurrent use.
+func (s *Service) SetOutboxWake(wake func()) {
+	if wake == nil {
+		s.outboxWake.Store(nil)
+		return
+	}
+	s.outboxWake.Store(&wake)
+}
+
+// wakeOutbox wakes the outbox relay(s) after a commit that wrote outbox rows.
+func (s *Service) wakeOutbox() {
+	if wake := s.outboxWake.Load(); wake != nil {
+		(*wake)()
+		return
+	}
+	s.notify.Kick()
 }
 
 // Start opens the service's group commit for submissions: until Start, and
@@ -141,7 +169,7 @@ func New(opts Options) (*Service, error) {
 		notify:      pg.NewOutboxNotifier(opts.DB),
 	}
 	s.batcher = &batcher{
-		notify:       s.notify,
+		wakeOutbox:   s.wakeOutbox,
 		db:           opts.DB,
 		window:       max(opts.GroupCommitWindow, 0), // negative: no wait
 		maxBatch:     opts.GroupCommitMaxBatch,

@@ -113,6 +113,11 @@ func (b *Bridge) start(ctx context.Context) (startstop.StopFunc, error) {
 	b.mu.Lock()
 	b.nc, b.relay, b.consumer = nc, relay, consumer
 	b.mu.Unlock()
+	if o.Service != nil {
+		// The service's commits wake this relay directly, not through a
+		// NOTIFY per group commit.
+		o.Service.SetOutboxWake(relay.Wake)
+	}
 	return b.stop, nil
 }
 
@@ -124,6 +129,9 @@ func (b *Bridge) stop(ctx context.Context) error {
 	wait := context.WithoutCancel(ctx)
 	if b.consumer != nil {
 		_ = b.consumer.Stop(wait)
+	}
+	if b.o.Service != nil {
+		b.o.Service.SetOutboxWake(nil) // commits from now on NOTIFY the other relays
 	}
 	_ = b.relay.Stop(wait)
 	b.nc.Close()

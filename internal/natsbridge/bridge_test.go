@@ -20,6 +20,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/natsbridge"
 	"github.com/mightyetl/mightyetl/internal/natstest"
+	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 	"github.com/mightyetl/mightyetl/internal/testwait"
 )
@@ -238,4 +239,57 @@ func startRequestBridge(t *testing.T, pool *pgxpool.Pool, js jetstream.JetStream
 		_, err := js.Stream(context.Background(), strings.ToUpper(prefix)+"_REQUESTS")
 		return err == nil
 	})
+}
+
+// TestRelayWokenByItsProcess: while the bridge runs, the intake's commits
+// wake its relay directly (the poll is an hour, so only a wake-up can
+// publish the job_available message); once the bridge stopped, they NOTIFY
+// the outbox channel again for the relays of other processes.
+func TestRelayWokenByItsProcess(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	svc := service(t, b.pool)
+	available, err := b.nc.SubscribeSync(b.prefix + ".jobs.available")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer available.Unsubscribe()
+	if err := b.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	bridge := natsbridge.New(natsbridge.Options{
+		NATS: config.NATS{URL: b.url, SubjectPrefix: b.prefix, OutboxPollInterval: time.Hour, OutboxBatchSize: 100},
+		Pool: b.pool, Service: svc, Name: "bridge-wake-test", Registry: prometheus.NewRegistry(),
+	})
+	if err := bridge.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer bridge.Stop(ctx)
+	if _, err := svc.Submit(ctx, intake.SubmitRequest{Principal: "alice", IdempotencyKey: "wake-key-0000000001", Body: []byte(`[{"id":"a"}]`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := available.NextMsg(30 * time.Second); err != nil {
+		t.Fatalf("no job_available wake-up: %v", err)
+	}
+
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "LISTEN "+pg.OutboxNotifyChannel); err != nil {
+		t.Fatal(err)
+	}
+	if err := bridge.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Submit(ctx, intake.SubmitRequest{Principal: "alice", IdempotencyKey: "wake-key-0000000002", Body: []byte(`[{"id":"b"}]`)}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := conn.Conn().WaitForNotification(wctx); err != nil {
+		t.Fatalf("no NOTIFY after the bridge stopped: %v", err)
+	}
 }

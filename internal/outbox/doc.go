@@ -6,8 +6,10 @@
 //
 // The relay wakes on LISTEN etl_outbox_events (through pgxlisten, on a
 // dedicated connection that reconnects by itself; a statement trigger
-// notifies at commit), on a fallback poll (default 1s), and when its NATS
-// connection comes back. Notifications are only hints; the table is the truth.
+// notifies at commit), on a fallback poll (default 1s), when its NATS
+// connection comes back, and on Wake (an intake wakes its own relay after its
+// group commits instead of notifying). Notifications are only hints; the
+// table is the truth.
 //
 // # One batch
 //

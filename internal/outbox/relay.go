@@ -175,6 +175,14 @@ func (r *Relay) Stop(ctx context.Context) error {
 	return r.ss.Stop(ctx)
 }
 
+// Wake asks the relay for a batch, as a notification on NotifyChannel does
+// (and is counted like one, source "notify"): a process that runs a relay
+// and commits outbox rows itself can wake it without a NOTIFY round trip
+// through PostgreSQL. It never blocks, and wake-ups that arrive while one
+// is pending become one. Safe for concurrent use and at any time; before
+// Start and after Stop it has no effect.
+func (r *Relay) Wake() { r.signal(metrics.WakeNotify) }
+
 // signal wakes the loop; never blocks (one pending wake-up is enough).
 func (r *Relay) signal(source string) {
 	r.m.Wakeups.WithLabelValues(source).Inc()
