@@ -28,6 +28,11 @@ const outboxNotifyTimeout = 5 * time.Second
 // transaction of its own writes no WAL, so it holds that lock for
 // microseconds and commits without a flush.
 //
+// A process that runs its own relay (the intake with NATS) wakes that relay
+// in process instead (intake.Service.SetOutboxWake); it uses the notifier
+// only when it has no relay running, so other processes' relays still learn
+// of its rows by their poll.
+//
 // Kick never blocks and coalesces: while one wake-up statement runs, any
 // number of kicks become one more. A wake-up lost to a crash between the
 // commit and the kick costs the relay's poll interval, never an event: the
