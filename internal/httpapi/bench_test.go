@@ -30,29 +30,31 @@ import (
 //	TEST_DATABASE_URL=... go test -run '^$' -bench SubmitThroughput -benchtime 20000x ./internal/httpapi/
 func BenchmarkSubmitThroughput(b *testing.B) {
 	const clients = 32
-	line, err := auth.CredentialLine("bench", []byte("bench-password"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	path := filepath.Join(b.TempDir(), "credentials")
-	if err := os.WriteFile(path, []byte(line+"\n"), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	basic, err := auth.NewBasic(auth.BasicOptions{CredentialsFile: path})
-	if err != nil {
-		b.Fatal(err)
-	}
-	e := newEnv(b, func(o *Options, so *intake.Options) {
-		o.Authenticator = basic
-		o.Logger = slog.New(slog.DiscardHandler)
-	})
+	e := newBasicBenchEnv(b)
 	authz := "Basic " + base64.StdEncoding.EncodeToString([]byte("bench:bench-password"))
 	transport := &http.Transport{MaxIdleConnsPerHost: clients, MaxConnsPerHost: clients}
 	defer transport.CloseIdleConnections()
 	client := &http.Client{Transport: transport, Timeout: 30 * time.Second}
 	body := `[{"id":"r1","name":"jane","email":"J@X.ORG","amount":"12.345"},{"id":"r2","name":"joe","amount":7}]`
 
+	// The one password verification, outside the measurement: 32 first
+	// logins at once would meet the Basic hash limit (429, issue 13).
+	warm, _ := http.NewRequest("POST", e.srv.URL+"/api/etl/jobs", strings.NewReader(body))
+	warm.Header.Set("Authorization", authz)
+	warm.Header.Set("Idempotency-Key", "bench-key-warm-up")
+	warm.Header.Set("Content-Type", "application/json")
+	res, err := client.Do(warm)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusAccepted {
+		b.Fatalf("warm-up: status %d", res.StatusCode)
+	}
+
 	var next, accepted atomic.Int64
+	accepted.Store(1) // the warm-up
 	latencies := make([][]time.Duration, clients)
 	var failure atomic.Value
 	b.ResetTimer()
@@ -109,7 +111,7 @@ func BenchmarkSubmitThroughput(b *testing.B) {
 			b.Log(l)
 		}
 	}
-	b.ReportMetric(float64(accepted.Load())/elapsed.Seconds(), "accepted/s")
+	b.ReportMetric(float64(accepted.Load()-1)/elapsed.Seconds(), "accepted/s")
 	b.ReportMetric(pct(0.50), "p50-ms")
 	b.ReportMetric(pct(0.99), "p99-ms")
 	b.ReportMetric(float64(rows), "rows")
@@ -154,22 +156,7 @@ func processCPU(b *testing.B) time.Duration {
 //
 //	go test -run '^$' -bench SubmitHandler -benchmem -benchtime 20000x ./internal/httpapi/
 func BenchmarkSubmitHandler(b *testing.B) {
-	line, err := auth.CredentialLine("bench", []byte("bench-password"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	path := filepath.Join(b.TempDir(), "credentials")
-	if err := os.WriteFile(path, []byte(line+"\n"), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	basic, err := auth.NewBasic(auth.BasicOptions{CredentialsFile: path})
-	if err != nil {
-		b.Fatal(err)
-	}
-	e := newEnv(b, func(o *Options, so *intake.Options) {
-		o.Authenticator = basic
-		o.Logger = slog.New(slog.DiscardHandler)
-	})
+	e := newBasicBenchEnv(b)
 	h := e.srv.Config.Handler
 	authz := "Basic " + base64.StdEncoding.EncodeToString([]byte("bench:bench-password"))
 	body := `[{"id":"r1","name":"jane","email":"J@X.ORG","amount":"12.345"},{"id":"r2","name":"joe","amount":7}]`
@@ -206,4 +193,27 @@ func BenchmarkSubmitHandler(b *testing.B) {
 	if rows := e.count("SELECT count(*) FROM etl_job_records"); rows != b.N+1 {
 		b.Fatalf("rows %d, want %d", rows, b.N+1)
 	}
+}
+
+// newBasicBenchEnv is the benchmarks' environment: the real handler with
+// Basic authentication for principal "bench" (password "bench-password")
+// and a discarding logger.
+func newBasicBenchEnv(b *testing.B) *env {
+	b.Helper()
+	line, err := auth.CredentialLine("bench", []byte("bench-password"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	path := filepath.Join(b.TempDir(), "credentials")
+	if err := os.WriteFile(path, []byte(line+"\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	basic, err := auth.NewBasic(auth.BasicOptions{CredentialsFile: path})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return newEnv(b, func(o *Options, so *intake.Options) {
+		o.Authenticator = basic
+		o.Logger = slog.New(slog.DiscardHandler)
+	})
 }
