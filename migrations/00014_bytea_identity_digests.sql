@@ -40,6 +40,23 @@
 
 -- +goose Up
 -- +goose StatementBegin
+-- A worker from before this migration reads request_digest as text and
+-- would fail every job it claims afterwards (its integrity check compares
+-- the 32 raw bytes with a hex digest). Refuse while any job holds a live
+-- lease: stop every worker first (a killed worker's leases end within the
+-- lease duration). Found through the claim queue's eligibility index: a
+-- RUNNING job's queue row sits at its lease expiry.
+DO $guard$
+BEGIN
+    IF EXISTS (SELECT 1 FROM etl_job_claim_queue q
+               JOIN etl_job_records j ON j.job_record_id = q.job_record_id
+               WHERE q.claimable_at > clock_timestamp()
+                 AND j.job_status = 'RUNNING' AND j.lease_expires_at > clock_timestamp()) THEN
+        RAISE EXCEPTION 'stop every worker before migration 00014: jobs hold live leases (retry once they end)'
+            USING ERRCODE = 'object_in_use';
+    END IF;
+END
+$guard$;
 CREATE DOMAIN etl_sha256_digest AS bytea
     CONSTRAINT etl_sha256_digest_length_check CHECK (octet_length(VALUE) = 32);
 DROP TRIGGER etl_job_owner_immutable_guard_trigger ON etl_job_records;
@@ -52,6 +69,9 @@ CREATE TRIGGER etl_job_owner_immutable_guard_trigger
     FOR EACH ROW
     WHEN (OLD.principal_scope_hash IS DISTINCT FROM NEW.principal_scope_hash)
     EXECUTE FUNCTION etl_job_owner_immutable_guard();
+-- The type change drops the columns' statistics and the rewrite does not
+-- count towards auto-analyze; the planner gets them back at once.
+ANALYZE etl_job_records;
 
 CREATE OR REPLACE FUNCTION etl_cancel_job(p_job_record_id uuid, p_principal_scope_hash text, p_cancellation_key_hash text)
 RETURNS TABLE (previous_status text, job_record_id uuid, job_kind text, job_status text, attempt_count integer,

@@ -306,3 +306,45 @@ func TestMigration00014ConvertsDigestsAndDownReverts(t *testing.T) {
 		t.Fatalf("rows with a digest not of 32 bytes after up: %d, %v", bad, err)
 	}
 }
+
+// TestMigration00014RefusesWhileLeasesAreLive: a worker from before 00014
+// would fail every job it claims after it (its integrity check would compare
+// raw bytes with a hex digest), so the migration refuses while any job holds
+// a live lease, changes nothing, and goes through once the lease has ended.
+func TestMigration00014RefusesWhileLeasesAreLive(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	migTo(t, pool, 13)
+	running := migInsertJob(t, pool, pgtest.SHA("guard-owner"), "[]")
+	if _, err := pool.Exec(ctx, `UPDATE etl_job_records SET job_status = 'RUNNING', attempt_count = 1,
+		lease_claim_id = gen_random_uuid(), lease_owner_id = 'old-worker-0001',
+		lease_expires_at = clock_timestamp() + interval '10 minutes', lease_fencing_token = 1
+		WHERE job_record_id = $1`, running); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE etl_job_claim_queue SET claimable_at = clock_timestamp() + interval '10 minutes'
+		WHERE job_record_id = $1`, running); err != nil {
+		t.Fatal(err)
+	}
+	err := pg.MigrateTo(ctx, pool, 14)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55006" {
+		t.Fatalf("migrate to 14 with a live lease: %v, want SQLSTATE 55006", err)
+	}
+	if v := migApplied(t, pool); v != 13 {
+		t.Fatalf("version %d after the refusal, want 13", v)
+	}
+	if types := migDigestColumnTypes(t, pool); types["request_digest"] == "etl_sha256_digest" {
+		t.Error("request_digest converted by a refused migration")
+	}
+	// The lease ends (by the database clock): the migration goes through.
+	if _, err := pool.Exec(ctx, `UPDATE etl_job_records SET lease_expires_at = clock_timestamp() - interval '1 second'
+		WHERE job_record_id = $1`, running); err != nil {
+		t.Fatal(err)
+	}
+	migTo(t, pool, 14)
+	if types := migDigestColumnTypes(t, pool); types["request_digest"] != "etl_sha256_digest" {
+		t.Errorf("request_digest is %s after the migration", types["request_digest"])
+	}
+}

@@ -733,6 +733,12 @@ func TestMigration00005QueuesExistingJobsAndDownReverts(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM etl_job_records`).Scan(&n); err != nil || n != 3 {
 		t.Fatalf("job rows after down: %d %v, want 3", n, err)
 	}
+	// Migration 00014 refuses while a job holds a live lease (stop the
+	// workers first): this RUNNING row's lease has ended.
+	if _, err := pool.Exec(ctx, `UPDATE etl_job_records SET lease_expires_at = clock_timestamp() - interval '1 minute'
+		WHERE job_status = 'RUNNING'`); err != nil {
+		t.Fatal(err)
+	}
 	migUp(t, pool)
 	pgtest.AssertClaimQueueConsistent(t, pool)
 
