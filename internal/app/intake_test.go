@@ -16,17 +16,11 @@ import (
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 	"github.com/mightyetl/mightyetl/internal/startstop"
 	"github.com/mightyetl/mightyetl/internal/startstop/startstoptest"
+	"github.com/mightyetl/mightyetl/internal/testio"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// pgx pools of databases dropped at cleanup, and the keep-alive
-		// connections of http.DefaultTransport, close asynchronously.
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-	)
+	goleak.VerifyTestMain(m, testio.AsyncCloseLeaks()...)
 }
 
 // testIntakeConfig is a valid intake configuration on databaseURL.
@@ -104,13 +98,9 @@ func TestIntakeStress(t *testing.T) {
 	cfg.NATS = config.NATS{URL: natstest.URL(t), SubjectPrefix: natstest.Prefix(t), RequestsEnabled: true,
 		OutboxPollInterval: time.Second, OutboxBatchSize: 100}
 	pools := openTestPools(t, cfg)
-	startstoptest.Stress(t, func(t *testing.T) startstop.Service {
-		in, err := NewIntake(cfg, pools, IntakeOptions{Name: "app-stress-test"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return in
-	}, 30*time.Second)
+	startstoptest.Stress(t, startstoptest.Built(func() (*Intake, error) {
+		return NewIntake(cfg, pools, IntakeOptions{Name: "app-stress-test"})
+	}), 30*time.Second)
 }
 
 // TestIntakeStartFailureLeavesNothingRunning: a listener that cannot bind

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/mightyetl/mightyetl/internal/natstest"
-	"github.com/mightyetl/mightyetl/internal/startstop"
 	"github.com/mightyetl/mightyetl/internal/startstop/startstoptest"
 )
 
@@ -23,14 +22,10 @@ func TestRequestConsumerStartStop(t *testing.T) {
 	nc := natstest.Connect(t, natstest.URL(t))
 	s, _ := NewSubjects(natstest.Prefix(t))
 	h := &fakeHandler{script: func(int, call) ([]byte, string, error) { return []byte("{}"), "", nil }}
-	startstoptest.Stress(t, func(t *testing.T) startstop.Service {
-		c, err := NewRequestConsumer(nc, s.Prefix(), h, nil, nil, RequestConsumerOptions{
+	startstoptest.Stress(t, startstoptest.Built(func() (*RequestConsumer, error) {
+		return NewRequestConsumer(nc, s.Prefix(), h, nil, nil, RequestConsumerOptions{
 			Concurrency: 4, AckWait: 5 * time.Second, HandlerTimeout: 4 * time.Second, SetupRetry: 50 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}, 20*time.Second)
+	}), 20*time.Second)
 }
 
 // TestRequestConsumerStopReturnsWhenItsContextEnds: a handler that ignores

@@ -16,13 +16,9 @@ import (
 func TestServiceStartStopStress(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
-	startstoptest.Stress(t, func(t *testing.T) startstop.Service {
-		s, err := New(Options{DB: pool, PrincipalHashKey: testKey})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}, 30*time.Second)
+	startstoptest.Stress(t, startstoptest.Built(func() (*Service, error) {
+		return New(Options{DB: pool, PrincipalHashKey: testKey})
+	}), 30*time.Second)
 }
 
 // Stop flushes a round still waiting for company at once, waits for its

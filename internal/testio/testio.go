@@ -1,6 +1,7 @@
 // Package testio holds small I/O helpers shared by tests: an output buffer
-// safe to write from one goroutine while the test reads it, and a local TCP
-// port nothing listens on.
+// safe to write from one goroutine while the test reads it, a local TCP
+// port nothing listens on, and the goroutines a leak check may ignore
+// because they close asynchronously.
 package testio
 
 import (
@@ -9,6 +10,8 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+
+	"go.uber.org/goleak"
 )
 
 // SyncBuffer is a goroutine-safe bytes.Buffer for a log sink or a child
@@ -44,4 +47,17 @@ func ClosedPort(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return port
+}
+
+// AsyncCloseLeaks are the goroutines goleak.VerifyTestMain may find still
+// winding down after a package's tests: pgx pools of databases dropped at
+// cleanup, and the keep-alive connections of an HTTP client, close
+// asynchronously.
+func AsyncCloseLeaks() []goleak.Option {
+	return []goleak.Option{
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+	}
 }

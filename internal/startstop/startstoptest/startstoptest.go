@@ -16,6 +16,19 @@ import (
 // Rounds is how many fresh services Stress drives through each case.
 const Rounds = 5
 
+// Built adapts a constructor that can fail to Stress's newService: each
+// call builds a fresh service and fails the test on the constructor's error.
+func Built[S startstop.Service](build func() (S, error)) func(t *testing.T) startstop.Service {
+	return func(t *testing.T) startstop.Service {
+		t.Helper()
+		s, err := build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+}
+
 // Stress drives services made by newService through every start/stop
 // pattern: Stop before Start, concurrent Starts (exactly one wins), a Start
 // after Stop, concurrent Stops (all agree), and a Stop whose context has
