@@ -196,24 +196,43 @@ func ScopeHash(key []byte, principal string) string {
 // across calls instead of keying a new one each time. Build it with
 // [NewScopeHasher]; it is safe for concurrent use.
 type ScopeHasher struct {
-	pool sync.Pool // of hash.Hash: HMAC-SHA256 under the key
+	macs *keyedMACs
 }
 
 // NewScopeHasher returns a ScopeHasher for key (copied).
 func NewScopeHasher(key []byte) *ScopeHasher {
-	key = bytes.Clone(key)
-	return &ScopeHasher{pool: sync.Pool{New: func() any { return hmac.New(sha256.New, key) }}}
+	return &ScopeHasher{macs: newKeyedMACs(key)}
 }
 
 // Hash returns ScopeHash(key, principal).
 func (s *ScopeHasher) Hash(principal string) string {
-	m := s.pool.Get().(hash.Hash)
-	m.Reset()
-	m.Write([]byte(principal))
-	var sum [sha256.Size]byte
-	m.Sum(sum[:0])
-	s.pool.Put(m)
+	sum := s.macs.sum([]byte(principal))
 	return hex.EncodeToString(sum[:])
+}
+
+// keyedMACs hands out HMAC-SHA256 states keyed once with one key and reused
+// (keying a state costs two SHA-256 blocks). Safe for concurrent use.
+type keyedMACs struct {
+	pool sync.Pool // of hash.Hash
+}
+
+// newKeyedMACs returns the states for key (copied).
+func newKeyedMACs(key []byte) *keyedMACs {
+	key = bytes.Clone(key)
+	return &keyedMACs{pool: sync.Pool{New: func() any { return hmac.New(sha256.New, key) }}}
+}
+
+// sum returns the HMAC of the concatenation of parts.
+func (k *keyedMACs) sum(parts ...[]byte) [sha256.Size]byte {
+	m := k.pool.Get().(hash.Hash)
+	m.Reset()
+	for _, p := range parts {
+		m.Write(p)
+	}
+	var out [sha256.Size]byte
+	m.Sum(out[:0])
+	k.pool.Put(m)
+	return out
 }
 
 // Deny is the [ModeDeny] Authenticator: it rejects every request.

@@ -2,13 +2,11 @@ package auth
 
 import (
 	"cmp"
-	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"hash"
 	"net/http"
 	"runtime"
 	"strings"
@@ -87,8 +85,7 @@ type BasicOptions struct {
 type Basic struct {
 	path    string
 	now     func() time.Time
-	macKey  []byte    // random per process; keys the cache
-	macs    sync.Pool // of hash.Hash: HMAC-SHA256 under macKey, reused by cacheKey
+	macs    *keyedMACs // HMAC-SHA256 under a random per-process key, reused by cacheKey
 	cache   *verifiedCache
 	limiter *failureLimiter // nil when disabled
 	gate    *hashGate
@@ -123,15 +120,15 @@ func newBasic(opts BasicOptions, now func() time.Time) (*Basic, error) {
 	}
 	slots := max(2, runtime.GOMAXPROCS(0))
 	b := &Basic{
-		path:   opts.CredentialsFile,
-		now:    now,
-		macKey: make([]byte, 32),
+		path: opts.CredentialsFile,
+		now:  now,
 		gate: newHashGate(slots,
 			cmp.Or(opts.MaxHashWaiters, DefaultHashWaitersPerSlot*slots),
 			cmp.Or(opts.MaxHashWait, DefaultMaxHashWait)),
 	}
-	rand.Read(b.macKey)
-	b.macs.New = func() any { return hmac.New(sha256.New, b.macKey) }
+	macKey := make([]byte, 32) // random per process; keys the cache
+	rand.Read(macKey)
+	b.macs = newKeyedMACs(macKey)
 	ttl := cmp.Or(opts.CacheTTL, DefaultCacheTTL)
 	size := cmp.Or(opts.CacheSize, DefaultCacheSize)
 	if ttl > 0 && size > 0 {
@@ -221,15 +218,7 @@ func (b *Basic) verify(r *http.Request, addr string, suspect bool, h passwordHas
 // cache never holds a password or anything that can be checked offline
 // against a guess without the key.
 func (b *Basic) cacheKey(user string, pass []byte) [32]byte {
-	m := b.macs.Get().(hash.Hash)
-	m.Reset()
-	m.Write([]byte(user))
-	m.Write([]byte{':'})
-	m.Write(pass)
-	var k [32]byte
-	m.Sum(k[:0])
-	b.macs.Put(m)
-	return k
+	return b.macs.sum([]byte(user), []byte{':'}, pass)
 }
 
 // current returns the credential set to use at now, first re-reading the
