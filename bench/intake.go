@@ -72,11 +72,8 @@ func (h *harness) intake(ctx context.Context) ([]Result, error) {
 		defer cancel()
 		_ = srv.Stop(stopCtx)
 	}()
-	client, closeClient := newLoadClient()
-	defer closeClient()
-	load := postLoad(ctx, client, "http://"+srv.Addr()+"/api/etl/jobs", h.o.Duration, func(req *http.Request, c int) {
-		req.Header.Set("Authorization", "Bench bench-principal-"+strconv.Itoa(c%4))
-	})
+	res.Settings["load_client"] = h.o.IntakeClient
+	load := h.postLoad(ctx, srv.Addr(), h.o.Duration, func(c int) string { return "Bench bench-principal-" + strconv.Itoa(c%4) })
 	accepted := load.report(&res)
 	stored, err := h.count(ctx, `SELECT count(*) FROM etl_job_records WHERE job_status = $1`, pg.StatusPending)
 	if err != nil {
@@ -87,6 +84,21 @@ func (h *harness) intake(ctx context.Context) ([]Result, error) {
 		return []Result{res}, fmt.Errorf("intake: %d accepted but %d stored", accepted, stored)
 	}
 	return []Result{res}, nil
+}
+
+// postLoad has intakeConcurrency clients of the -intake-client kind POST
+// intakeBody to /api/etl/jobs on addr (host:port) for dur, each request
+// with a fresh Idempotency-Key; authorization(c) is client c's
+// Authorization value.
+func (h *harness) postLoad(ctx context.Context, addr string, dur time.Duration, authorization func(c int) string) httpLoad {
+	if h.o.IntakeClient == loadClientNetHTTP {
+		client, closeClient := newLoadClient()
+		defer closeClient()
+		return postLoad(ctx, client, "http://"+addr+"/api/etl/jobs", dur, func(req *http.Request, c int) {
+			req.Header.Set("Authorization", authorization(c))
+		})
+	}
+	return rawPostLoad(ctx, addr, "/api/etl/jobs", []byte(intakeBody), dur, authorization)
 }
 
 // newLoadClient is an HTTP client with a connection per load client; close

@@ -289,9 +289,8 @@ func (h *harness) intakeBinaryHTTP(ctx context.Context, base string, creds bench
 		}
 	}
 	warm := len(creds.headers)
-	load := postLoad(ctx, client, url, dur, func(req *http.Request, c int) {
-		req.Header.Set("Authorization", creds.headers[c%len(creds.headers)])
-	})
+	res.Settings["load_client"] = h.o.IntakeClient
+	load := h.postLoad(ctx, strings.TrimPrefix(base, "http://"), dur, func(c int) string { return creds.headers[c%len(creds.headers)] })
 	accepted := load.report(&res)
 	stored, err := h.count(ctx, `SELECT count(*) FROM etl_job_records WHERE job_status = $1`, pg.StatusPending)
 	if err != nil {

@@ -71,6 +71,9 @@ type options struct {
 	CrashLeases []time.Duration `json:"crash_leases_ns"`
 	// ExplainSlower makes the server log plans of slower statements.
 	ExplainSlower time.Duration `json:"-"`
+	// IntakeClient is the HTTP load generator of the intake scenarios:
+	// loadClientRaw or loadClientNetHTTP.
+	IntakeClient string `json:"intake_client"`
 	// ResourcesWindow is the renewal-cost sampling window.
 	ResourcesWindow time.Duration `json:"resources_window_ns"`
 	// RunningJobs is the number of concurrently running jobs for resources.
@@ -160,6 +163,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.ExecConns, "exec-conns", 0, "burndown/continuous worker execution pool size (0: as cmd/worker sizes it)")
 	variants := fs.String("variants", "", "burndown cost variants at min(n,100000) (no-outbox, no-outbox-no-ledger, custom-plans, default); empty for none")
 	fs.DurationVar(&o.ExplainSlower, "explain-slower-than", 0, "profiling: auto_explain (analyze, buffers) every statement slower than this into the server log")
+	fs.StringVar(&o.IntakeClient, "intake-client", loadClientRaw, "intake scenarios' HTTP load generator: raw (one keep-alive connection per client, requests prepared once, like wrk) or nethttp (Go's net/http client, about 40 CPU-µs per request on the shared cores)")
 	fs.IntVar(&o.RunningJobs, "running-jobs", 1000, "resources: concurrently running diagnostic jobs")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -176,6 +180,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			return o, fmt.Errorf("-scenarios: unknown scenario %q", s)
 		}
 		o.Scenarios = append(o.Scenarios, s)
+	}
+	if o.IntakeClient != loadClientRaw && o.IntakeClient != loadClientNetHTTP {
+		return o, fmt.Errorf("-intake-client: unknown client %q (raw, nethttp)", o.IntakeClient)
 	}
 	for v := range strings.SplitSeq(*variants, ",") {
 		v = strings.TrimSpace(v)

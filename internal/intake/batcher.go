@@ -36,16 +36,16 @@ func (s *submission) settled() bool {
 	}
 }
 
-// batcher is the group commit of submissions. Every transaction that
-// writes an outbox row also NOTIFYs, and PostgreSQL serialises the commits of
-// notifying transactions, so throughput is commits/s × rows per commit: the
-// batcher maximises rows per commit. At most maxInFlight transactions run at
+// batcher is the group commit of submissions. Each round's statement has a
+// fixed cost (about 0.3 ms: the statement, its commit, the round trip)
+// besides its per-job cost, so throughput is commits/s × rows per commit:
+// the batcher maximises rows per commit. At most maxInFlight transactions run at
 // once; submissions arriving meanwhile queue and leave together in the next
 // transaction, up to maxBatch rows and maxBytes payload bytes (every
 // payload of a batch travels in one text[] parameter, and PostgreSQL caps a
 // value at 1 GB; a single submission larger than maxBytes goes alone). When
-// nothing is in flight, the first arrival waits up to window for company (a
-// full batch, by count or by bytes, ends the wait).
+// nothing is in flight, the first arrival waits up to window (by default
+// none) for company (a full batch, by count or by bytes, ends the wait).
 //
 // No goroutine runs while idle: the first caller of a round flushes in its
 // own goroutine, and a flush that finds more submissions queued when it
@@ -65,6 +65,11 @@ type batcher struct {
 	// its transaction (migration 00013). nil in tests that build a batcher
 	// alone.
 	wakeOutbox func()
+	// announcer returns the function that announces a flush's jobs itself
+	// (Service.SetAnnouncer), or nil: then the flush writes the
+	// job_available outbox row and wakes the relays. nil in tests that build
+	// a batcher alone.
+	announcer func() func()
 
 	mu           sync.Mutex
 	pending      []*submission
@@ -280,16 +285,27 @@ func (b *batcher) flush(ctx context.Context, batch []*submission) {
 
 	var inserted []pg.Inserted
 	var err error
+	// One choice for every attempt of this flush: with an announcer the
+	// jobs get no job_available outbox row and the announcer wakes the
+	// workers after the commit instead.
+	var announce func()
+	if b.announcer != nil {
+		announce = b.announcer()
+	}
+	insert := pg.InsertJobs
+	if announce != nil {
+		insert = pg.InsertJobsUnannounced
+	}
 	for attempt := 0; ; attempt++ {
 		if db, ok := b.db.(pg.DBTX); ok {
 			// One autocommitted statement inserts every job with its outbox
 			// row (atomic on its own), saving BEGIN and COMMIT round trips;
 			// reading already-existing rows afterwards needs no transaction.
-			inserted, err = pg.InsertJobs(ctx, db, sorted)
+			inserted, err = insert(ctx, db, sorted)
 		} else {
 			err = pg.WithTx(ctx, b.db, func(tx pgx.Tx) error {
 				var ierr error
-				inserted, ierr = pg.InsertJobs(ctx, tx, sorted)
+				inserted, ierr = insert(ctx, tx, sorted)
 				return ierr
 			})
 		}
@@ -299,8 +315,11 @@ func (b *batcher) flush(ctx context.Context, batch []*submission) {
 	}
 	// After every flush, even a failed one: an autocommitted insert may have
 	// committed before a later step failed. A wake-up finding nothing costs
-	// the relay one empty batch.
-	if b.wakeOutbox != nil {
+	// the relay one empty batch, or a worker one empty claim.
+	switch {
+	case announce != nil:
+		announce()
+	case b.wakeOutbox != nil:
 		b.wakeOutbox()
 	}
 	if err != nil {

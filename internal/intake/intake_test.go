@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -344,5 +345,82 @@ func TestOutboxWakeReplacesNotify(t *testing.T) {
 	}
 	if n := count("after"); n != 0 {
 		t.Fatalf("cleared wake-up called %d times", n)
+	}
+}
+
+// TestAnnouncerReplacesTheAvailableRow: with an announcer set, a submission
+// commits its job and claim-queue row without a job_available outbox row,
+// and the announcer runs after that commit (the job is visible to another
+// connection by then); replays keep their outbox row; nil restores the row
+// and the relay wake-up.
+func TestAnnouncerReplacesTheAvailableRow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, db := newService(t, nil)
+	availableRows := func() int {
+		t.Helper()
+		var n int
+		if err := db.QueryRow(ctx, `SELECT coalesce(sum(cardinality(job_record_ids)), 0) FROM etl_outbox_events WHERE event_kind = 'job_available'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	var mu sync.Mutex
+	var announced int
+	var visibleAtAnnounce []int // jobs of alice visible to another connection when announce ran
+	s.SetAnnouncer(func() {
+		var n int
+		// A separate connection: what any worker would see when woken.
+		if err := db.QueryRow(context.Background(), `SELECT count(*) FROM etl_job_records j JOIN etl_job_claim_queue q USING (job_record_id)`).Scan(&n); err != nil {
+			n = -1
+		}
+		mu.Lock()
+		announced++
+		visibleAtAnnounce = append(visibleAtAnnounce, n)
+		mu.Unlock()
+	})
+	var wakes atomic.Int64
+	s.SetOutboxWake(func() { wakes.Add(1) })
+
+	sub, err := s.Submit(ctx, SubmitRequest{Principal: "alice", IdempotencyKey: "announce-000000001", Body: []byte(body)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if announced != 1 || len(visibleAtAnnounce) != 1 || visibleAtAnnounce[0] != 1 {
+		mu.Unlock()
+		t.Fatalf("announced %d times, jobs visible then %v; want once, after the commit (1)", announced, visibleAtAnnounce)
+	}
+	mu.Unlock()
+	if n := availableRows(); n != 0 {
+		t.Fatalf("an announced submission wrote %d job_available outbox entries", n)
+	}
+	if n := wakes.Load(); n != 0 {
+		t.Fatalf("an announced submission woke the relay %d times", n)
+	}
+
+	// A replay is not a submission through the group commit: it keeps its
+	// outbox row and its relay wake-up.
+	if _, err := s.Cancel(ctx, CancelRequest{Principal: "alice", JobID: sub.Job.JobID, IdempotencyKey: "announce-cancel-001"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Replay(ctx, ReplayRequest{Principal: "alice", IdempotencyKey: "announce-replay-001", JobID: sub.Job.JobID, Body: []byte(body)}); err != nil {
+		t.Fatal(err)
+	}
+	if n := availableRows(); n != 1 {
+		t.Fatalf("replay wrote %d job_available outbox entries, want 1", n)
+	}
+
+	s.SetAnnouncer(nil)
+	if _, err := s.Submit(ctx, SubmitRequest{Principal: "alice", IdempotencyKey: "announce-000000002", Body: []byte(body)}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if announced != 1 {
+		t.Fatalf("a cleared announcer ran (%d calls)", announced)
+	}
+	if n := availableRows(); n != 2 {
+		t.Fatalf("after clearing the announcer, job_available outbox entries = %d, want 2", n)
 	}
 }

@@ -25,10 +25,10 @@ type DB interface {
 const (
 	DefaultMaxBatchRecords        = 1000
 	DefaultMaxAttempts            = 3
-	DefaultGroupCommitWindow      = time.Millisecond
+	DefaultGroupCommitWindow      = 0
 	DefaultGroupCommitMaxBatch    = 256
 	DefaultGroupCommitMaxBytes    = 16 << 20
-	DefaultGroupCommitMaxInFlight = 4
+	DefaultGroupCommitMaxInFlight = 1
 	DefaultFlushTimeout           = 15 * time.Second
 	DefaultListLimit              = 50
 	MaxListLimit                  = 100
@@ -51,7 +51,8 @@ type Options struct {
 	// zero means DefaultMaxAttempts.
 	MaxAttempts int
 	// GroupCommitWindow is how long the first submission of a round waits for
-	// others to share its transaction; zero means DefaultGroupCommitWindow,
+	// others to share its transaction when nothing is in flight; zero means
+	// DefaultGroupCommitWindow (no wait: see GroupCommitMaxInFlight),
 	// negative means no wait.
 	GroupCommitWindow time.Duration
 	// GroupCommitMaxBatch flushes a round early once this many submissions
@@ -63,11 +64,16 @@ type Options struct {
 	// PostgreSQL caps at 1 GB. Zero means DefaultGroupCommitMaxBytes.
 	GroupCommitMaxBytes int64
 	// GroupCommitMaxInFlight bounds concurrent group-commit transactions;
-	// zero means DefaultGroupCommitMaxInFlight (4: since the group rows stopped
-	// notifying at commit, migration 00013, concurrent rounds share WAL
-	// flushes; the in-process intake bench at 32 clients gave 2: 3,237 and
-	// 4,777, 4: 4,272 and 5,889, 8: 3,305 and 3,656 accepted/s, alternating
-	// on a loaded machine).
+	// zero means DefaultGroupCommitMaxInFlight. The default, 1, with no
+	// window is classic group commit: a submission arriving while nothing is
+	// in flight goes at once, alone if need be; those arriving meanwhile
+	// leave together the moment it commits, so rows per commit grow with the
+	// load by themselves. A group commit costs about 0.3 ms of fixed work
+	// whatever its size, so more, smaller rounds in flight lose. The real
+	// cmd/intake at 32 clients over loopback with its relay announcing
+	// (docs/performance.md, 2026-11-30): in flight 1 without a window
+	// 11,375 and 11,776 accepted/s; 2 without a window 10,484 and 10,720;
+	// the former default, 4 with a 1 ms window, 8,366 and 8,710.
 	GroupCommitMaxInFlight int
 	// FlushTimeout bounds one group-commit transaction; zero means
 	// DefaultFlushTimeout.
@@ -107,6 +113,36 @@ type Service struct {
 	// outboxWake, when set, wakes the relay of this process instead (see
 	// SetOutboxWake).
 	outboxWake atomic.Pointer[func()]
+	// announce, when set, publishes the wake-up for submitted jobs itself
+	// (see SetAnnouncer).
+	announce atomic.Pointer[func()]
+}
+
+// SetAnnouncer makes announce the wake-up for jobs submitted from now on:
+// their group commit writes no job_available outbox row
+// (pg.InsertJobsUnannounced) and calls announce once it has committed, for
+// a process with its own NATS connection (outbox.Relay.AnnounceAvailable).
+// That saves the row, its index entries and the relay transaction that
+// would select and delete it, for every group commit. nil restores the
+// outbox row, which any relay of the fleet announces (set it before the
+// connection closes). The wake-up is advisory either way: one lost between
+// the commit and the publish delays the pickup to the workers' poll.
+// announce must not block. Replays keep their outbox row. Safe for
+// concurrent use.
+func (s *Service) SetAnnouncer(announce func()) {
+	if announce == nil {
+		s.announce.Store(nil)
+		return
+	}
+	s.announce.Store(&announce)
+}
+
+// announcer returns the current announce function, nil when none is set.
+func (s *Service) announcer() func() {
+	if a := s.announce.Load(); a != nil {
+		return *a
+	}
+	return nil
 }
 
 // SetOutboxWake makes wake the wake-up the service sends after a commit
@@ -170,6 +206,7 @@ func New(opts Options) (*Service, error) {
 	}
 	s.batcher = &batcher{
 		wakeOutbox:   s.wakeOutbox,
+		announcer:    s.announcer,
 		db:           opts.DB,
 		window:       max(opts.GroupCommitWindow, 0), // negative: no wait
 		maxBatch:     opts.GroupCommitMaxBatch,

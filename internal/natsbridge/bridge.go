@@ -115,8 +115,10 @@ func (b *Bridge) start(ctx context.Context) (startstop.StopFunc, error) {
 	b.mu.Unlock()
 	if o.Service != nil {
 		// The service's commits wake this relay directly, not through a
-		// NOTIFY per group commit.
+		// NOTIFY per group commit; its submissions write no job_available
+		// row at all: the relay's connection announces them after the commit.
 		o.Service.SetOutboxWake(relay.Wake)
+		o.Service.SetAnnouncer(relay.AnnounceAvailable)
 	}
 	return b.stop, nil
 }
@@ -131,7 +133,10 @@ func (b *Bridge) stop(ctx context.Context) error {
 		_ = b.consumer.Stop(wait)
 	}
 	if b.o.Service != nil {
-		b.o.Service.SetOutboxWake(nil) // commits from now on NOTIFY the other relays
+		// Commits from now on write their job_available rows and NOTIFY the
+		// other relays.
+		b.o.Service.SetAnnouncer(nil)
+		b.o.Service.SetOutboxWake(nil)
 	}
 	_ = b.relay.Stop(wait)
 	b.nc.Close()

@@ -272,6 +272,19 @@ func TestRelayWokenByItsProcess(t *testing.T) {
 	if _, err := available.NextMsg(30 * time.Second); err != nil {
 		t.Fatalf("no job_available wake-up: %v", err)
 	}
+	// The relay's connection announced it: the submission wrote no
+	// job_available row for a relay to select and delete.
+	availableRows := func() int {
+		t.Helper()
+		var n int
+		if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM etl_outbox_events WHERE event_kind = 'job_available'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := availableRows(); n != 0 {
+		t.Fatalf("a submission through a running bridge wrote %d job_available rows", n)
+	}
 
 	conn, err := b.pool.Acquire(ctx)
 	if err != nil {
@@ -291,5 +304,10 @@ func TestRelayWokenByItsProcess(t *testing.T) {
 	defer cancel()
 	if _, err := conn.Conn().WaitForNotification(wctx); err != nil {
 		t.Fatalf("no NOTIFY after the bridge stopped: %v", err)
+	}
+	// Without the connection, the submission's row is back for the relays
+	// of other processes to announce.
+	if n := availableRows(); n != 1 {
+		t.Fatalf("after the bridge stopped, job_available rows = %d, want 1", n)
 	}
 }

@@ -351,6 +351,24 @@ func (r *Relay) runOnce(ctx context.Context) (published int, more bool, err erro
 	return published, more, nil
 }
 
+// AnnounceAvailable publishes one "<prefix>.jobs.available" wake-up now,
+// for jobs a caller of this process committed without a job_available
+// outbox row (intake.Service.SetAnnouncer): the same advisory message the
+// relay sends for such rows, counted the same way (kind job_available,
+// published or dropped), without the outbox row, its index entries, and
+// the relay transaction that would select and delete it. It is sent after
+// the commit, so it never announces a job that does not exist; like every
+// wake-up it may be lost (NATS down: dropped, as the relay drops advisory
+// rows), and workers then find the jobs by their poll. Never blocks on
+// the network. Safe for concurrent use.
+func (r *Relay) AnnounceAvailable() {
+	if r.nc.Status() == nats.CONNECTED && r.nc.Publish(r.subjects.JobsAvailable(), nil) == nil {
+		r.m.Published.WithLabelValues(metrics.OutboxKindAvailable, metrics.OutboxPublished).Inc()
+		return
+	}
+	r.m.Published.WithLabelValues(metrics.OutboxKindAvailable, metrics.OutboxDropped).Inc()
+}
+
 // publishAdvisory sends one coalesced wake-up for all job_available rows and
 // one revocation per lease_revoked row, and returns how many rows went out.
 // Every advisory row is done afterwards, sent or not: while NATS is down they

@@ -774,3 +774,44 @@ func TestSucceedWritesOneGroupRowPerFinishGroup(t *testing.T) {
 		t.Fatalf("outbox rows = %d after an all-stale finish, want still 1", n)
 	}
 }
+
+// TestAnnounceAvailablePublishesTheWakeupWithoutARow: the direct
+// announcement is the same empty message on the same subject as a relayed
+// job_available row, counted the same way; it touches no outbox row, and
+// with the connection closed it is dropped (counted), never queued.
+func TestAnnounceAvailablePublishesTheWakeupWithoutARow(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "")
+	sub, err := f.nc.SubscribeSync(f.subjects.JobsAvailable())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.NewOutbox(nil)
+	r := f.relay(t, m, Options{})
+	r.AnnounceAvailable()
+	r.AnnounceAvailable()
+	sentinel(t, f.nc, f.subjects.JobsAvailable())
+	msgs := collect(t, sub)
+	if len(msgs) != 2 {
+		t.Fatalf("wake-up messages = %d, want 2", len(msgs))
+	}
+	for _, msg := range msgs {
+		if len(msg.Data) != 0 {
+			t.Fatalf("wake-up body = %q, want empty", msg.Data)
+		}
+	}
+	if got := testutil.ToFloat64(m.Published.WithLabelValues(metrics.OutboxKindAvailable, metrics.OutboxPublished)); got != 2 {
+		t.Fatalf("published = %v, want 2", got)
+	}
+	if n := f.count(t, "true"); n != 0 {
+		t.Fatalf("outbox rows = %d, want 0", n)
+	}
+	f.nc.Close()
+	r.AnnounceAvailable()
+	if got := testutil.ToFloat64(m.Published.WithLabelValues(metrics.OutboxKindAvailable, metrics.OutboxDropped)); got != 1 {
+		t.Fatalf("dropped = %v, want 1", got)
+	}
+}

@@ -92,6 +92,10 @@ type Inserted struct {
 // submission_key_hash) makes concurrent identical submissions converge: the
 // loser waits for the winner's commit and then inserts nothing. The lineage
 // arrays hold NULL for jobs without lineage.
+//
+// insertJobsUnannouncedSQL and its traced twin are the same statements
+// without the job_available row, for a caller that announces the jobs
+// itself after the commit (InsertJobsUnannounced).
 var insertJobsSQL = `
 WITH ins AS (
     INSERT INTO etl_job_records AS j (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
@@ -104,15 +108,26 @@ WITH ins AS (
 ), queued AS (
     INSERT INTO etl_job_claim_queue (job_record_id, claimable_at)
     SELECT job_record_id, available_at FROM ins
-), events AS (
+)` + availableEventCTE + `
+SELECT ` + bareJobColumns + ` FROM ins`
+
+// availableEventCTE is insertJobsSQL's job_available outbox row.
+const availableEventCTE = `, events AS (
     -- One advisory row for every job this statement inserted (migration
     -- 00006): the relay sends one coalesced wake-up per batch anyway.
     INSERT INTO etl_outbox_events (event_kind, job_status, job_record_ids, attempt_counts)
     SELECT 'job_available', 'PENDING', array_agg(job_record_id), array_agg(0)
     FROM ins
     HAVING count(*) > 0
-)
-SELECT ` + bareJobColumns + ` FROM ins`
+)`
+
+// withoutAvailableEvent removes availableEventCTE from an insert statement.
+func withoutAvailableEvent(sql string) string {
+	if !strings.Contains(sql, availableEventCTE) {
+		panic("pg: insert statement without its job_available row")
+	}
+	return strings.Replace(sql, availableEventCTE, "", 1)
+}
 
 // insertTracedJobsSQL is insertJobsSQL that also stores submit_traceparent
 // ($11, NULL for a job without one). It runs only for a batch in which some
@@ -122,6 +137,11 @@ var insertTracedJobsSQL = strings.NewReplacer(
 	"replay_source_job_record_id, replay_root_job_record_id, replay_generation_count, submit_traceparent)\n    SELECT",
 	"$10::int[])", "$10::int[], $11::text[])",
 ).Replace(insertJobsSQL)
+
+var (
+	insertJobsUnannouncedSQL       = withoutAvailableEvent(insertJobsSQL)
+	insertTracedJobsUnannouncedSQL = withoutAvailableEvent(insertTracedJobsSQL)
+)
 
 const existingJobsSQL = `
 SELECT j.principal_scope_hash, j.submission_key_hash, ` + jobColumns + `
@@ -175,6 +195,21 @@ func scanJob(row scanner, extra ...any) (Job, error) {
 // same JobIDs: the jobs the first call created then come back with Created
 // true, not as somebody else's.
 func InsertJobs(ctx context.Context, db DBTX, jobs []NewJob) ([]Inserted, error) {
+	return insertJobs(ctx, db, jobs, insertJobsSQL, insertTracedJobsSQL)
+}
+
+// InsertJobsUnannounced is InsertJobs without the job_available outbox
+// row: for a caller that publishes the wake-up itself once the insert has
+// committed (an intake with its own NATS connection,
+// outbox.Relay.AnnounceAvailable), which saves the row, its index entries
+// and the relay transaction that would take it. The wake-up is advisory
+// (workers poll), so an announcement lost between the commit and the
+// publish only delays the pickup to the workers' poll.
+func InsertJobsUnannounced(ctx context.Context, db DBTX, jobs []NewJob) ([]Inserted, error) {
+	return insertJobs(ctx, db, jobs, insertJobsUnannouncedSQL, insertTracedJobsUnannouncedSQL)
+}
+
+func insertJobs(ctx context.Context, db DBTX, jobs []NewJob, plainSQL, tracedSQL string) ([]Inserted, error) {
 	out := make([]Inserted, len(jobs))
 	if len(jobs) == 0 {
 		return out, nil
@@ -225,9 +260,9 @@ func InsertJobs(ctx context.Context, db DBTX, jobs []NewJob) ([]Inserted, error)
 	var rows pgx.Rows
 	var err error
 	if traceparents != nil {
-		rows, err = db.Query(ctx, insertTracedJobsSQL, ids, kinds, scopes, keys, digests, payloads, attempts, sources, roots, generations, traceparents)
+		rows, err = db.Query(ctx, tracedSQL, ids, kinds, scopes, keys, digests, payloads, attempts, sources, roots, generations, traceparents)
 	} else {
-		rows, err = db.Query(ctx, insertJobsSQL, ids, kinds, scopes, keys, digests, payloads, attempts, sources, roots, generations)
+		rows, err = db.Query(ctx, plainSQL, ids, kinds, scopes, keys, digests, payloads, attempts, sources, roots, generations)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("insert jobs: %w", err)
@@ -310,6 +345,8 @@ func GetJob(ctx context.Context, db DBTX, principalScopeHash string, jobID uuid.
 func init() {
 	tracing.RegisterStatement("jobs.insert", insertJobsSQL)
 	tracing.RegisterStatement("jobs.insert_traced", insertTracedJobsSQL)
+	tracing.RegisterStatement("jobs.insert_unannounced", insertJobsUnannouncedSQL)
+	tracing.RegisterStatement("jobs.insert_traced_unannounced", insertTracedJobsUnannouncedSQL)
 	tracing.RegisterStatement("jobs.existing", existingJobsSQL)
 	tracing.RegisterStatement("jobs.cancel", cancelSQL)
 }
