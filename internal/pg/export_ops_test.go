@@ -12,3 +12,10 @@ var (
 // OpsListArgs are the arguments OpsListJobs passes to opsListSQL for p
 // (PENDING and RUNNING filters excluded: they read the active set).
 func OpsListArgs(p OpsListParams) []any { return opsListArgs(p) }
+
+// ConflictFreeInserts is how many inserts will still skip the plain INSERT
+// after the last conflict (insertJobs).
+func ConflictFreeInserts() int32 { return conflictFreeInserts.Load() }
+
+// ConflictCooldown is conflictCooldown.
+const ConflictCooldown = conflictCooldown

@@ -89,3 +89,72 @@ func TestInsertJobsStoresDigestsAsBytesAndRefusesMalformedHex(t *testing.T) {
 		t.Errorf("%d jobs after the refused batches, want 1", n)
 	}
 }
+
+// TestInsertJobsPlainFirstFallsBackOnATakenKey pins the plain-INSERT-first
+// path of InsertJobs: a batch of new keys outside a transaction goes in
+// without touching the conflict cooldown; a batch with one taken key writes
+// nothing with the plain INSERT, falls back to ON CONFLICT (the taken key
+// comes back as the existing job, the new ones are created once), and the
+// next inserts go straight to ON CONFLICT; inside a transaction a taken key
+// never aborts the transaction. Not parallel: the cooldown is process-wide,
+// and parallel tests of this package only start once this one has ended.
+func TestInsertJobsPlainFirstFallsBackOnATakenKey(t *testing.T) {
+	pool, _ := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	job := func(key string) pg.NewJob {
+		return pg.NewJob{Kind: pg.KindETLRecords, PrincipalScopeHash: pgtest.SHA("owner"),
+			SubmissionKeyHash: pgtest.SHA(key), RequestDigest: pgtest.SHA("[]"), Payload: "[]", MaxAttempts: 3}
+	}
+	for pg.ConflictFreeInserts() > 0 { // left over by an earlier test of this process
+		if _, err := pg.InsertJobs(ctx, pool, []pg.NewJob{job("drain " + uuid.NewString())}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := pg.InsertJobs(ctx, pool, []pg.NewJob{job("a"), job("b")})
+	if err != nil || !first[0].Created || !first[1].Created {
+		t.Fatalf("fresh batch: %+v %v", first, err)
+	}
+	if n := pg.ConflictFreeInserts(); n != 0 {
+		t.Fatalf("a batch without conflicts set the cooldown to %d", n)
+	}
+	counts := func() (jobs, queued, announced int) {
+		t.Helper()
+		return pgtest.Count(t, pool, `SELECT count(*) FROM etl_job_records`),
+			pgtest.Count(t, pool, `SELECT count(*) FROM etl_job_claim_queue`),
+			pgtest.Count(t, pool, `SELECT coalesce(sum(cardinality(job_record_ids)), 0) FROM etl_outbox_events WHERE event_kind = 'job_available'`)
+	}
+	jobs0, queued0, announced0 := counts()
+	mixed, err := pg.InsertJobs(ctx, pool, []pg.NewJob{job("c"), job("b"), job("d")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !mixed[0].Created || mixed[1].Created || mixed[1].JobID != first[1].JobID || !mixed[2].Created {
+		t.Fatalf("mixed batch: %+v", mixed)
+	}
+	if n := pg.ConflictFreeInserts(); n != pg.ConflictCooldown {
+		t.Fatalf("cooldown after a conflict = %d, want %d", n, pg.ConflictCooldown)
+	}
+	if jobs, queued, announced := counts(); jobs-jobs0 != 2 || queued-queued0 != 2 || announced-announced0 != 2 {
+		t.Fatalf("the fallback added %d jobs, %d queue rows, %d announced; want 2 of each (nothing from the failed plain INSERT)",
+			jobs-jobs0, queued-queued0, announced-announced0)
+	}
+	if _, err := pg.InsertJobs(ctx, pool, []pg.NewJob{job("e")}); err != nil {
+		t.Fatal(err)
+	}
+	if n := pg.ConflictFreeInserts(); n != pg.ConflictCooldown-1 {
+		t.Fatalf("cooldown after one more insert = %d, want %d", n, pg.ConflictCooldown-1)
+	}
+
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	in, err := pg.InsertJobs(ctx, tx, []pg.NewJob{job("a"), job("f")})
+	if err != nil || in[0].Created || in[0].JobID != first[0].JobID || !in[1].Created {
+		t.Fatalf("in a transaction: %+v %v", in, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("the transaction did not survive the taken key: %v", err)
+	}
+}
