@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	rtmetrics "runtime/metrics"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -61,7 +62,18 @@ func (h *harness) throughputSettings(cfg worker.Config, execConns int32) map[str
 		"lease":        "30s", "renew_interval": "10s", "poll_interval": cfg.PollInterval.String(),
 		"fencing": "exact", "ledger": "on", "outbox": "on",
 		"claim_cooldown": cfg.ClaimCooldown.String(), "finish_linger": cfg.FinishLinger.String(),
+		"gc_percent": gcPercent(),
 	}
+}
+
+// gcPercent is this process's collector target, as GOGC would spell it.
+func gcPercent() string {
+	s := []rtmetrics.Sample{{Name: "/gc/gogc:percent"}}
+	rtmetrics.Read(s)
+	if s[0].Value.Kind() != rtmetrics.KindUint64 {
+		return "unknown"
+	}
+	return strconv.FormatUint(s[0].Value.Uint64(), 10)
 }
 
 // burndownAll runs the default burndown at -n and then each -variants

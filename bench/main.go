@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mightyetl/mightyetl/internal/app"
 	"github.com/mightyetl/mightyetl/internal/tracing"
 )
 
@@ -82,6 +83,9 @@ type options struct {
 }
 
 func main() {
+	// The in-process worker runs with cmd/worker's collector setting (and the
+	// in-process intake shares it), unless GOGC is set.
+	app.SetGCPercentDefault(os.Getenv, app.WorkerGCPercent)
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

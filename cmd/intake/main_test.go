@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -58,22 +57,3 @@ func TestPrincipalHashKeyRequiredWhenIntakeOpen(t *testing.T) {
 	}
 }
 
-// TestGCDefault: without GOGC the intake collects at defaultGCPercent; a
-// GOGC of the environment (already applied by the runtime) is kept.
-func TestGCDefault(t *testing.T) {
-	orig := debug.SetGCPercent(100)
-	defer debug.SetGCPercent(orig)
-	setGCDefault(func(string) string { return "" })
-	if got := debug.SetGCPercent(100); got != defaultGCPercent {
-		t.Errorf("GOGC unset: gc percent %d, want %d", got, defaultGCPercent)
-	}
-	setGCDefault(func(k string) string {
-		if k == "GOGC" {
-			return "50"
-		}
-		return ""
-	})
-	if got := debug.SetGCPercent(100); got != 100 {
-		t.Errorf("GOGC set: gc percent changed to %d", got)
-	}
-}

@@ -24,6 +24,7 @@ func main() {
 }
 
 func run() int {
+	app.SetGCPercentDefault(os.Getenv, app.WorkerGCPercent)
 	cfg, loader, err := config.LoadWorker(os.Args[1:], os.Getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "usage: worker [flags]")

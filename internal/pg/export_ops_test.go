@@ -19,3 +19,6 @@ func ConflictFreeInserts() int32 { return conflictFreeInserts.Load() }
 
 // ConflictCooldown is conflictCooldown.
 const ConflictCooldown = conflictCooldown
+
+// DecodeDigest is decodeDigest.
+func DecodeDigest(dst []byte, h string) ([]byte, error) { return decodeDigest(dst, h) }

@@ -1,7 +1,10 @@
 package pg_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 	"testing"
 
@@ -156,5 +159,39 @@ func TestInsertJobsPlainFirstFallsBackOnATakenKey(t *testing.T) {
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatalf("the transaction did not survive the taken key: %v", err)
+	}
+}
+
+// TestDecodeDigestAcceptsLowercaseHexOnly holds decodeDigest to
+// encoding/hex on every digit and to the lowercase-only rule.
+func TestDecodeDigestAcceptsLowercaseHexOnly(t *testing.T) {
+	want := sha256.Sum256([]byte("x"))
+	h := hex.EncodeToString(want[:])
+	got, err := pg.DecodeDigest(make([]byte, 32), h)
+	if err != nil || !bytes.Equal(got, want[:]) {
+		t.Fatalf("decode %s: %x %v", h, got, err)
+	}
+	all := hex.EncodeToString([]byte{0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef})
+	full := strings.Repeat(all, 4)
+	if got, err := pg.DecodeDigest(make([]byte, 32), full); err != nil || hex.EncodeToString(got) != full {
+		t.Fatalf("every digit: %x %v", got, err)
+	}
+	for i := 0; i < 256; i++ {
+		c := byte(i)
+		if strings.IndexByte("0123456789abcdef", c) >= 0 {
+			continue
+		}
+		for _, at := range []int{0, 1, 63} {
+			bad := []byte(h)
+			bad[at] = c
+			if _, err := pg.DecodeDigest(make([]byte, 32), string(bad)); err == nil {
+				t.Fatalf("accepted byte %q at %d", c, at)
+			}
+		}
+	}
+	for _, n := range []int{0, 62, 63, 65, 66} {
+		if _, err := pg.DecodeDigest(make([]byte, 32), strings.Repeat("a", n)); err == nil {
+			t.Fatalf("accepted %d characters", n)
+		}
 	}
 }
