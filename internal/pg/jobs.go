@@ -91,7 +91,11 @@ type Inserted struct {
 // job_available outbox group row for all of them in one statement. ON CONFLICT DO NOTHING on (principal_scope_hash,
 // submission_key_hash) makes concurrent identical submissions converge: the
 // loser waits for the winner's commit and then inserts nothing. The lineage
-// arrays hold NULL for jobs without lineage.
+// arrays hold NULL for jobs without lineage. It returns only what the
+// database decided (id, status and attempt count from the column defaults,
+// the timestamps); the rest of each created Job is its input (kind, digest,
+// lineage), which spares the statement the projection and hex encoding of
+// every column per row.
 //
 // insertJobsUnannouncedSQL and its traced twin are the same statements
 // without the job_available row, for a caller that announces the jobs
@@ -104,12 +108,12 @@ WITH ins AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::bytea[], $4::bytea[], $5::bytea[], $6::text[], $7::int[],
                          $8::uuid[], $9::uuid[], $10::int[])
     ON CONFLICT (principal_scope_hash, submission_key_hash) DO NOTHING
-    RETURNING ` + jobColumns + `, j.available_at
+    RETURNING j.job_record_id, j.job_status, j.attempt_count, j.created_at, j.updated_at, j.available_at
 ), queued AS (
     INSERT INTO etl_job_claim_queue (job_record_id, claimable_at)
     SELECT job_record_id, available_at FROM ins
 )` + availableEventCTE + `
-SELECT ` + bareJobColumns + ` FROM ins`
+SELECT job_record_id, job_status, attempt_count, created_at, updated_at FROM ins`
 
 // availableEventCTE is insertJobsSQL's job_available outbox row.
 const availableEventCTE = `, events AS (
@@ -194,12 +198,6 @@ JOIN unnest($1::bytea[], $2::bytea[]) AS k(principal_scope_hash, submission_key_
 const jobColumns = `j.job_record_id, j.job_kind, j.job_status, j.attempt_count, j.failure_code, j.cancellation_code, ` +
 	`j.created_at, j.updated_at, encode(j.request_digest, 'hex') AS request_digest, ` +
 	`j.replay_source_job_record_id, j.replay_root_job_record_id, j.replay_generation_count`
-
-// bareJobColumns are jobColumns by name, for reading a CTE that returned
-// jobColumns.
-const bareJobColumns = `job_record_id, job_kind, job_status, attempt_count, failure_code, cancellation_code, ` +
-	`created_at, updated_at, request_digest, ` +
-	`replay_source_job_record_id, replay_root_job_record_id, replay_generation_count`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -319,11 +317,13 @@ func insertJobs(ctx context.Context, db DBTX, jobs []NewJob, stmts insertStateme
 			return err
 		}
 		defer rows.Close()
+		var id pgtype.UUID // binary, as in scanJob
+		var j Job
 		for rows.Next() {
-			j, err := scanJob(rows)
-			if err != nil {
+			if err := rows.Scan(&id, &j.Status, &j.AttemptCount, &j.CreatedAt, &j.UpdatedAt); err != nil {
 				return fmt.Errorf("scan: %w", err)
 			}
+			j.JobID = id.Bytes
 			created[j.JobID] = j
 		}
 		return rows.Err()
@@ -351,6 +351,12 @@ func insertJobs(ctx context.Context, db DBTX, jobs []NewJob, stmts insertStateme
 	var missScopes, missKeys [][]byte
 	for i := range jobs {
 		if j, ok := created[uuid.UUID(ids[i])]; ok {
+			// The rest of the row is what this call wrote.
+			j.Kind, j.RequestDigest = jobs[i].Kind, jobs[i].RequestDigest
+			if l := jobs[i].Lineage; l != nil {
+				lineage := *l
+				j.Lineage = &lineage
+			}
 			out[i] = Inserted{Job: j, Created: true}
 			continue
 		}

@@ -195,3 +195,39 @@ func TestDecodeDigestAcceptsLowercaseHexOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestInsertedJobIsTheStoredJob: the insert returns only what the database
+// decided and fills the rest of each created Job from its input; that must
+// be exactly what a read of the row returns.
+func TestInsertedJobIsTheStoredJob(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	scope := pgtest.SHA("owner")
+	jobs := []pg.NewJob{
+		{Kind: pg.KindETLRecords, PrincipalScopeHash: scope, SubmissionKeyHash: pgtest.SHA("k1"), RequestDigest: pgtest.SHA("[1]"), Payload: "[1]", MaxAttempts: 3},
+		{Kind: pg.KindDiagnostic, PrincipalScopeHash: scope, SubmissionKeyHash: pgtest.SHA("k2"), RequestDigest: pgtest.SHA("{}"), Payload: "{}", MaxAttempts: 1},
+	}
+	for _, insert := range []func(context.Context, pg.DBTX, []pg.NewJob) ([]pg.Inserted, error){pg.InsertJobs, pg.InsertJobsUnannounced} {
+		for i := range jobs {
+			jobs[i].SubmissionKeyHash = pgtest.SHA(uuid.NewString())
+		}
+		ins, err := insert(ctx, pool, jobs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, in := range ins {
+			got, err := pg.GetJob(ctx, pool, scope, in.JobID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !in.Created || in.Kind != got.Kind || in.Status != got.Status || in.AttemptCount != got.AttemptCount ||
+				in.FailureCode != nil || in.CancellationCode != nil || got.FailureCode != nil || got.CancellationCode != nil ||
+				!in.CreatedAt.Equal(got.CreatedAt) || !in.UpdatedAt.Equal(got.UpdatedAt) ||
+				in.RequestDigest != got.RequestDigest || in.Lineage != nil || got.Lineage != nil ||
+				in.Kind != jobs[i].Kind || in.Status != pg.StatusPending || in.AttemptCount != 0 {
+				t.Fatalf("job %d: inserted %+v, stored %+v", i, in.Job, got)
+			}
+		}
+	}
+}
