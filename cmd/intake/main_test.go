@@ -56,4 +56,3 @@ func TestPrincipalHashKeyRequiredWhenIntakeOpen(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, stderr.String())
 	}
 }
-
