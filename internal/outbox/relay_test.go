@@ -206,9 +206,10 @@ func collect(t *testing.T, sub *nats.Subscription) []*nats.Msg {
 	}
 }
 
-func TestAvailableRowsCoalesceIntoOneWakeupPerBatch(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t, "")
+// subscribeAvailable subscribes to the fixture's wake-up subject, the
+// subscription registered with the server before it returns.
+func (f fixture) subscribeAvailable(t *testing.T) *nats.Subscription {
+	t.Helper()
 	sub, err := f.nc.SubscribeSync(f.subjects.JobsAvailable())
 	if err != nil {
 		t.Fatal(err)
@@ -216,6 +217,26 @@ func TestAvailableRowsCoalesceIntoOneWakeupPerBatch(t *testing.T) {
 	if err := f.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	return sub
+}
+
+// emptyWakeups fails unless msgs are n wake-ups with empty bodies.
+func emptyWakeups(t *testing.T, msgs []*nats.Msg, n int) {
+	t.Helper()
+	if len(msgs) != n {
+		t.Fatalf("wake-up messages = %d, want %d", len(msgs), n)
+	}
+	for _, msg := range msgs {
+		if len(msg.Data) != 0 {
+			t.Fatalf("wake-up body = %q, want empty", msg.Data)
+		}
+	}
+}
+
+func TestAvailableRowsCoalesceIntoOneWakeupPerBatch(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "")
+	sub := f.subscribeAvailable(t)
 	m := metrics.NewOutbox(nil)
 	r := f.relay(t, m, Options{BatchSize: 4})
 	f.insert(t, available(10)...)
@@ -224,15 +245,7 @@ func TestAvailableRowsCoalesceIntoOneWakeupPerBatch(t *testing.T) {
 		t.Fatalf("batches = %d, want 3 (4+4+2 rows)", got)
 	}
 	sentinel(t, f.nc, f.subjects.JobsAvailable())
-	msgs := collect(t, sub)
-	if len(msgs) != 3 {
-		t.Fatalf("wake-up messages = %d, want 3 (one per batch)", len(msgs))
-	}
-	for _, msg := range msgs {
-		if len(msg.Data) != 0 {
-			t.Fatalf("wake-up body = %q, want empty", msg.Data)
-		}
-	}
+	emptyWakeups(t, collect(t, sub), 3) // one per batch
 	if n := f.count(t, "true"); n != 0 {
 		t.Fatalf("outbox rows left = %d, want 0", n)
 	}
@@ -463,13 +476,7 @@ func TestTwoRelaysPublishEachRowOnce(t *testing.T) {
 func TestNotifyWakesTheRelayLongBeforeThePoll(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, "")
-	sub, err := f.nc.SubscribeSync(f.subjects.JobsAvailable())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	sub := f.subscribeAvailable(t)
 	m := metrics.NewOutbox(nil)
 	r := f.relay(t, m, Options{PollInterval: 30 * time.Second})
 	f.start(t, r)
@@ -782,27 +789,13 @@ func TestSucceedWritesOneGroupRowPerFinishGroup(t *testing.T) {
 func TestAnnounceAvailablePublishesTheWakeupWithoutARow(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, "")
-	sub, err := f.nc.SubscribeSync(f.subjects.JobsAvailable())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	sub := f.subscribeAvailable(t)
 	m := metrics.NewOutbox(nil)
 	r := f.relay(t, m, Options{})
 	r.AnnounceAvailable()
 	r.AnnounceAvailable()
 	sentinel(t, f.nc, f.subjects.JobsAvailable())
-	msgs := collect(t, sub)
-	if len(msgs) != 2 {
-		t.Fatalf("wake-up messages = %d, want 2", len(msgs))
-	}
-	for _, msg := range msgs {
-		if len(msg.Data) != 0 {
-			t.Fatalf("wake-up body = %q, want empty", msg.Data)
-		}
-	}
+	emptyWakeups(t, collect(t, sub), 2)
 	if got := testutil.ToFloat64(m.Published.WithLabelValues(metrics.OutboxKindAvailable, metrics.OutboxPublished)); got != 2 {
 		t.Fatalf("published = %v, want 2", got)
 	}
