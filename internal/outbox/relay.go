@@ -362,11 +362,20 @@ func (r *Relay) runOnce(ctx context.Context) (published int, more bool, err erro
 // rows), and workers then find the jobs by their poll. Never blocks on
 // the network. Safe for concurrent use.
 func (r *Relay) AnnounceAvailable() {
-	if r.nc.Status() == nats.CONNECTED && r.nc.Publish(r.subjects.JobsAvailable(), nil) == nil {
-		r.m.Published.WithLabelValues(metrics.OutboxKindAvailable, metrics.OutboxPublished).Inc()
-		return
+	r.publishAvailable(r.nc.Status() == nats.CONNECTED, 1)
+}
+
+// publishAvailable sends one coalesced wake-up for n job_available rows (or
+// announcements) when connected, counts them published or dropped, and
+// reports whether it went out.
+func (r *Relay) publishAvailable(connected bool, n int) bool {
+	sent := connected && r.nc.Publish(r.subjects.JobsAvailable(), nil) == nil
+	outcome := metrics.OutboxDropped
+	if sent {
+		outcome = metrics.OutboxPublished
 	}
-	r.m.Published.WithLabelValues(metrics.OutboxKindAvailable, metrics.OutboxDropped).Inc()
+	r.m.Published.WithLabelValues(metrics.OutboxKindAvailable, outcome).Add(float64(n))
+	return sent
 }
 
 // publishAdvisory sends one coalesced wake-up for all job_available rows and
@@ -374,37 +383,27 @@ func (r *Relay) AnnounceAvailable() {
 // Every advisory row is done afterwards, sent or not: while NATS is down they
 // are dropped by design (see the package documentation).
 func (r *Relay) publishAdvisory(rows []row, connected bool) int {
-	var available []row
+	available := 0
 	var revoked []row
 	for _, a := range rows {
 		if a.kind == metrics.OutboxKindAvailable {
-			available = append(available, a)
+			available++
 		} else {
 			revoked = append(revoked, a)
 		}
 	}
 	sent := 0
-	count := func(kind, outcome string, n int) {
-		if n > 0 {
-			r.m.Published.WithLabelValues(kind, outcome).Add(float64(n))
-		}
-	}
-	if len(available) > 0 {
-		if connected && r.nc.Publish(r.subjects.JobsAvailable(), nil) == nil {
-			count(metrics.OutboxKindAvailable, metrics.OutboxPublished, len(available))
-			sent += len(available)
-		} else {
-			count(metrics.OutboxKindAvailable, metrics.OutboxDropped, len(available))
-		}
+	if available > 0 && r.publishAvailable(connected, available) {
+		sent += available
 	}
 	for _, v := range revoked {
+		outcome := metrics.OutboxDropped
 		if connected && v.jobID.Valid &&
 			r.nc.Publish(r.subjects.JobsRevoked(), []byte(v.jobID.UUID.String())) == nil {
-			count(metrics.OutboxKindRevoked, metrics.OutboxPublished, 1)
+			outcome = metrics.OutboxPublished
 			sent++
-			continue
 		}
-		count(metrics.OutboxKindRevoked, metrics.OutboxDropped, 1)
+		r.m.Published.WithLabelValues(metrics.OutboxKindRevoked, outcome).Inc()
 	}
 	return sent
 }

@@ -126,11 +126,16 @@ const availableEventCTE = `, events AS (
 )`
 
 // withoutAvailableEvent removes availableEventCTE from an insert statement.
-func withoutAvailableEvent(sql string) string {
-	if !strings.Contains(sql, availableEventCTE) {
-		panic("pg: insert statement without its job_available row")
+func withoutAvailableEvent(sql string) string { return withoutPart(sql, availableEventCTE) }
+
+// withoutPart removes part, which sql must contain, from sql (the insert
+// statements' variants are derived from one text, so a missing part is a
+// programming error found at package initialisation).
+func withoutPart(sql, part string) string {
+	if !strings.Contains(sql, part) {
+		panic("pg: insert statement without " + strings.TrimSpace(part))
 	}
-	return strings.Replace(sql, availableEventCTE, "", 1)
+	return strings.Replace(sql, part, "", 1)
 }
 
 // insertTracedJobsSQL is insertJobsSQL that also stores submit_traceparent
@@ -152,12 +157,7 @@ const conflictArbiter = "\n    ON CONFLICT (principal_scope_hash, submission_key
 
 // withoutConflictArbiter removes conflictArbiter from an insert statement:
 // a plain INSERT, which a taken (principal, key) pair fails with 23505.
-func withoutConflictArbiter(sql string) string {
-	if !strings.Contains(sql, conflictArbiter) {
-		panic("pg: insert statement without its ON CONFLICT clause")
-	}
-	return strings.Replace(sql, conflictArbiter, "", 1)
-}
+func withoutConflictArbiter(sql string) string { return withoutPart(sql, conflictArbiter) }
 
 // insertStatements is one flavour of the job insert: untraced and traced,
 // each with ON CONFLICT and as a plain INSERT.
