@@ -49,8 +49,10 @@ const maxVariantN = 100_000
 
 func (h *harness) throughputConfig() worker.Config {
 	// PollInterval matches the River peer's FetchPollInterval (20 ms).
+	// Zero fields take the worker's defaults here, so the settings recorded
+	// with each result are the ones that ran.
 	return worker.Config{Concurrency: h.o.Concurrency, FinishBatch: h.o.FinishBatch, Completers: h.o.Completers,
-		PollInterval: 20 * time.Millisecond, ClaimCooldown: h.o.ClaimCooldown, FinishLinger: h.o.FinishLinger}
+		PollInterval: 20 * time.Millisecond, ClaimCooldown: h.o.ClaimCooldown, FinishLinger: h.o.FinishLinger}.WithDefaults()
 }
 
 func (h *harness) throughputSettings(cfg worker.Config, execConns int32) map[string]string {
@@ -206,21 +208,47 @@ func (h *harness) burndown(ctx context.Context, variant string, n int) (Result, 
 	return res, nil
 }
 
-// continuous inserts batches through pg.InsertJobs (the intake's store call)
-// back to back on one goroutine while the worker works, for -duration.
+// continuous inserts through pg.InsertJobs (the intake's store call) while
+// the worker works, for -duration: as riverbench feeds River (feedRiverbench,
+// the default) or back to back on -inserters goroutines (feedFlood).
 func (h *harness) continuous(ctx context.Context) (Result, error) {
-	res := Result{System: "mightyetl", Scenario: "continuous", Metrics: map[string]float64{}}
+	res := Result{System: "mightyetl", Scenario: "continuous", Variant: "feed=" + h.o.ContinuousFeed, Metrics: map[string]float64{}}
 	if err := h.fresh(ctx); err != nil {
 		return res, err
 	}
-	const batch = 500
+	var (
+		inserted atomic.Int64
+		rg       *rig
+	)
+	insert := func(ctx context.Context, n int) error {
+		if err := h.insertJobs(ctx, h.newJobs(n, zeroPayload)); err != nil {
+			return err
+		}
+		inserted.Add(int64(n))
+		return nil
+	}
+	worked := func() float64 {
+		if rg == nil {
+			return 0
+		}
+		return rg.outcomes(metrics.OutcomeSucceeded)
+	}
+	// Jobs inserted and not yet completed (so running jobs too, at most the
+	// slots), from the inserter's and the worker's own counters, as the River
+	// peer counts them: no count(*) competing with the system under test.
+	left := func() int64 { return inserted.Load() - int64(worked()) }
+	if h.o.ContinuousFeed == feedRiverbench {
+		// riverbench inserts its first fill before it starts the client.
+		if err := topUp(ctx, h.o.FeedBatch, h.o.FeedBacklog, left, insert); err != nil {
+			return res, fmt.Errorf("continuous first fill: %w", err)
+		}
+	}
 	cfg := h.throughputConfig()
 	rg, err := h.startWorker(ctx, cfg, nil, int32(h.o.ExecConns))
 	if err != nil {
 		return res, err
 	}
 	res.Settings = h.throughputSettings(cfg, rg.execConns)
-	res.Settings["insert"] = fmt.Sprintf("%d goroutine(s), pg.InsertJobs batches of 500, back to back", max(h.o.Inserters, 1))
 	res.Settings["duration"] = h.o.Duration.String()
 	res.Settings["wakeups"] = "none (poll " + cfg.PollInterval.String() + ")"
 	if h.o.NATSURL != "" {
@@ -234,48 +262,60 @@ func (h *harness) continuous(ctx context.Context) (Result, error) {
 		defer nw.close(ctx)
 		res.Settings["wakeups"] = "outbox relay -> NATS -> Worker.Wake; relay publishes lifecycle events"
 	}
+	if h.o.ContinuousFeed == feedRiverbench {
+		res.Settings["insert"] = fmt.Sprintf("riverbench feed: a first fill of %d before the worker starts, then every %s, while fewer than %d jobs are inserted and not worked, pg.InsertJobs batches of %d",
+			h.o.FeedBacklog, h.o.FeedInterval, h.o.FeedBacklog, h.o.FeedBatch)
+	} else {
+		res.Settings["insert"] = fmt.Sprintf("%d goroutine(s), pg.InsertJobs batches of 500, back to back", max(h.o.Inserters, 1))
+	}
 
 	runCtx, cancel := context.WithTimeout(ctx, h.o.Duration)
 	defer cancel()
 	var (
-		wg       sync.WaitGroup
-		inserted atomic.Int64
-		insErr   error
+		wg      sync.WaitGroup
+		insErr  error
+		errOnce sync.Once
 	)
-	var errOnce sync.Once
+	fail := func(err error) {
+		if err != nil && runCtx.Err() == nil {
+			errOnce.Do(func() { insErr = err })
+		}
+	}
+	inserted0, worked0 := inserted.Load(), worked()
 	start := time.Now()
-	for range max(h.o.Inserters, 1) {
+	if h.o.ContinuousFeed == feedRiverbench {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for runCtx.Err() == nil {
-				jobs := h.newJobs(batch, zeroPayload)
-				if err := h.insertJobs(runCtx, jobs); err != nil {
-					if runCtx.Err() == nil {
-						errOnce.Do(func() { insErr = err })
-					}
-					return
-				}
-				inserted.Add(batch)
-			}
+			fail(feedEvery(runCtx, h.o.FeedInterval, h.o.FeedBatch, h.o.FeedBacklog, left, insert))
 		}()
+	} else {
+		for range max(h.o.Inserters, 1) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for runCtx.Err() == nil {
+					if err := insert(runCtx, 500); err != nil {
+						fail(err)
+						return
+					}
+				}
+			}()
+		}
 	}
 	var backlog []float64
 	tick := time.NewTicker(time.Second)
 	for runCtx.Err() == nil {
 		select {
 		case <-tick.C:
-			// Jobs inserted and not yet completed (so running jobs too, at
-			// most the slots), from the inserter's and the worker's own
-			// counters, as the River peer samples it: no count(*) competing
-			// with the system under test for CPU and buffers.
-			backlog = append(backlog, float64(inserted.Load())-rg.outcomes(metrics.OutcomeSucceeded))
+			backlog = append(backlog, float64(left()))
 		case <-runCtx.Done():
 		}
 	}
 	tick.Stop()
 	wg.Wait()
-	worked := rg.outcomes(metrics.OutcomeSucceeded)
+	workedN := worked() - worked0
+	insertedN := float64(inserted.Load() - inserted0)
 	elapsed := time.Since(start)
 	stopCtx, cancelStop := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancelStop()
@@ -284,10 +324,10 @@ func (h *harness) continuous(ctx context.Context) (Result, error) {
 		return res, fmt.Errorf("continuous insert: %w", insErr)
 	}
 	res.Metrics["elapsed_s"] = elapsed.Seconds()
-	res.Metrics["inserted"] = float64(inserted.Load())
-	res.Metrics["worked"] = worked
-	res.Metrics["inserted_per_s"] = float64(inserted.Load()) / elapsed.Seconds()
-	res.Metrics["jobs_per_s"] = worked / elapsed.Seconds()
+	res.Metrics["inserted"] = insertedN
+	res.Metrics["worked"] = workedN
+	res.Metrics["inserted_per_s"] = insertedN / elapsed.Seconds()
+	res.Metrics["jobs_per_s"] = workedN / elapsed.Seconds()
 	res.Metrics["claim_batch_mean"], _ = histMean(rg.reg, "mightyetl_worker_claim_batch_size")
 	res.Metrics["finish_batch_mean"], _ = histMean(rg.reg, "mightyetl_worker_finish_batch_size")
 	if len(backlog) > 0 {

@@ -80,6 +80,16 @@ func (h *harness) close() {
 	}
 }
 
+// drop closes the harness's pool and drops the bench database (the next
+// fresh re-creates it).
+func (h *harness) drop(ctx context.Context) error {
+	if h.pool != nil {
+		h.pool.Close()
+		h.pool = nil
+	}
+	return recreateDatabase(ctx, h.url)
+}
+
 // fresh drops and re-creates the bench database and migrates it, so every
 // scenario starts from an empty schema.
 func (h *harness) fresh(ctx context.Context) error {

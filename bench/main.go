@@ -57,8 +57,16 @@ type options struct {
 	FinishBatch int `json:"finish_batch"`
 	Completers  int `json:"completers"`
 	ExecConns   int `json:"exec_conns"`
-	// Inserters is the number of continuous inserting goroutines, each side.
+	// Inserters is the number of continuous inserting goroutines, each side,
+	// with ContinuousFeed flood.
 	Inserters int `json:"inserters"`
+	// ContinuousFeed is how continuous inserts: riverbench (River's own
+	// benchmark: FeedBatch jobs per insert, every FeedInterval, while fewer
+	// than FeedBacklog are inserted and not worked) or flood (back to back).
+	ContinuousFeed string        `json:"continuous_feed"`
+	FeedInterval   time.Duration `json:"feed_interval_ns"`
+	FeedBatch      int           `json:"feed_batch"`
+	FeedBacklog    int           `json:"feed_backlog"`
 	// ClaimCooldown and FinishLinger override the worker's (0: its default).
 	ClaimCooldown time.Duration `json:"claim_cooldown_ns,omitempty"`
 	FinishLinger  time.Duration `json:"finish_linger_ns,omitempty"`
@@ -159,9 +167,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	peers := fs.String("peers", "", "comparison peers to run in the same run: river")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of this process (worker included) to this file")
 	fs.IntVar(&o.Concurrency, "concurrency", 2000, "burndown/continuous worker execution slots; also the River peer's MaxWorkers (River's benchmark: 2,000)")
-	fs.IntVar(&o.FinishBatch, "finish-batch", 256, "burndown/continuous worker FinishBatch")
-	fs.IntVar(&o.Completers, "completers", 4, "burndown/continuous worker Completers")
-	fs.IntVar(&o.Inserters, "inserters", 1, "continuous: inserting goroutines on each side (mightyETL pg.InsertJobs, River InsertManyFast), 500 jobs per call, back to back")
+	fs.IntVar(&o.FinishBatch, "finish-batch", 0, "burndown/continuous worker FinishBatch (0: the worker's default, as cmd/worker runs)")
+	fs.IntVar(&o.Completers, "completers", 0, "burndown/continuous worker Completers (0: the worker's default, as cmd/worker runs)")
+	fs.StringVar(&o.ContinuousFeed, "continuous-feed", feedRiverbench, "continuous: how both sides insert: riverbench (as River's own benchmark: every -feed-interval, batches of -feed-batch while fewer than -feed-backlog jobs are inserted and not worked) or flood (-inserters goroutines, 500 per call, back to back)")
+	fs.DurationVar(&o.FeedInterval, "feed-interval", riverbenchFeedInterval, "continuous riverbench feed: tick")
+	fs.IntVar(&o.FeedBatch, "feed-batch", riverbenchFeedBatch, "continuous riverbench feed: jobs per insert call")
+	fs.IntVar(&o.FeedBacklog, "feed-backlog", riverbenchFeedBacklog, "continuous riverbench feed: inserted-and-not-worked floor it tops up to")
+	fs.IntVar(&o.Inserters, "inserters", 1, "continuous flood feed: inserting goroutines on each side (mightyETL pg.InsertJobs, River InsertManyFast), 500 jobs per call, back to back")
 	fs.DurationVar(&o.ClaimCooldown, "claim-cooldown", 0, "burndown/continuous worker ClaimCooldown (0: the worker's default)")
 	fs.DurationVar(&o.FinishLinger, "finish-linger", 0, "burndown/continuous worker FinishLinger (0: the worker's default)")
 	fs.IntVar(&o.ExecConns, "exec-conns", 0, "burndown/continuous worker execution pool size (0: as cmd/worker sizes it)")
@@ -184,6 +196,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			return o, fmt.Errorf("-scenarios: unknown scenario %q", s)
 		}
 		o.Scenarios = append(o.Scenarios, s)
+	}
+	if o.ContinuousFeed != feedRiverbench && o.ContinuousFeed != feedFlood {
+		return o, fmt.Errorf("-continuous-feed: unknown feed %q (riverbench, flood)", o.ContinuousFeed)
+	}
+	if o.FeedInterval <= 0 || o.FeedBatch <= 0 || o.FeedBacklog <= 0 {
+		return o, fmt.Errorf("-feed-interval, -feed-batch and -feed-backlog must be positive")
 	}
 	if o.IntakeClient != loadClientRaw && o.IntakeClient != loadClientNetHTTP {
 		return o, fmt.Errorf("-intake-client: unknown client %q (raw, nethttp)", o.IntakeClient)
@@ -321,6 +339,17 @@ func execute(ctx context.Context, o options, log *slog.Logger) (*Report, error) 
 	}
 	defer h.close()
 	rep.Machine.PostgreSQL = h.serverVersion(ctx)
+	if len(o.Peers) > 0 {
+		// Neither side runs beside the other's leftover tables: a table of
+		// a million churned rows keeps autovacuum busy for a minute after
+		// its run, on the same two cores. The peer's database of an earlier
+		// invocation goes now, ours before the peer runs.
+		if url, err := riverDatabaseURL(o); err == nil {
+			if err := recreateDatabase(ctx, url); err != nil {
+				return rep, fmt.Errorf("drop the peer's database: %w", err)
+			}
+		}
+	}
 	for _, s := range o.Scenarios {
 		if ctx.Err() != nil {
 			break
@@ -331,6 +360,11 @@ func execute(ctx context.Context, o options, log *slog.Logger) (*Report, error) 
 		if err != nil {
 			rep.Errors = append(rep.Errors, fmt.Sprintf("%s: %v", s, err))
 			fmt.Fprintf(os.Stderr, "bench: %s failed: %v\n", s, err)
+		}
+	}
+	if len(o.Peers) > 0 && ctx.Err() == nil {
+		if err := h.drop(ctx); err != nil {
+			return rep, fmt.Errorf("drop the bench database before the peer runs: %w", err)
 		}
 	}
 	for _, p := range o.Peers {

@@ -155,11 +155,7 @@ func runRiverPeer(ctx context.Context, o options) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := pgx.ParseConfig(o.DatabaseURL)
-	if err != nil {
-		return nil, err
-	}
-	riverURL, err := withDatabaseName(o.DatabaseURL, cfg.Database+"_river")
+	riverURL, err := riverDatabaseURL(o)
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +171,9 @@ func runRiverPeer(ctx context.Context, o options) ([]Result, error) {
 	args := []string{"run", ".", "-database-url", riverURL, "-scenarios", strings.Join(scen, ","),
 		"-n", strconv.Itoa(o.N), "-duration", o.Duration.String(), "-pickup-duration", o.PickupDuration.String(),
 		"-rate", strconv.FormatFloat(o.Rate, 'f', -1, 64), "-max-workers", strconv.Itoa(o.Concurrency),
-		"-inserters", strconv.Itoa(o.Inserters)}
+		"-inserters", strconv.Itoa(o.Inserters), "-continuous-feed", o.ContinuousFeed,
+		"-feed-interval", o.FeedInterval.String(), "-feed-batch", strconv.Itoa(o.FeedBatch),
+		"-feed-backlog", strconv.Itoa(o.FeedBacklog)}
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = filepath.Join(root, "bench", "peers", "river")
 	cmd.Stderr = os.Stderr
@@ -190,6 +188,16 @@ func runRiverPeer(ctx context.Context, o options) ([]Result, error) {
 		return res, fmt.Errorf("river peer: %w", runErr)
 	}
 	return res, nil
+}
+
+// riverDatabaseURL is the River peer's database: "<bench db>_river" on the
+// bench server.
+func riverDatabaseURL(o options) (string, error) {
+	cfg, err := pgx.ParseConfig(o.DatabaseURL)
+	if err != nil {
+		return "", err
+	}
+	return withDatabaseName(o.DatabaseURL, cfg.Database+"_river")
 }
 
 // withDatabaseName returns url with its database (path) replaced.

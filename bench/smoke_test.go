@@ -52,6 +52,7 @@ func TestSmokeEveryScenario(t *testing.T) {
 		ScaleSmall: 1000, ScaleLarge: 5000, ScaleRounds: 30,
 		CrashLeases:     []time.Duration{3 * time.Second},
 		ResourcesWindow: time.Second, RunningJobs: 50,
+		ContinuousFeed: feedRiverbench, FeedInterval: 10 * time.Millisecond, FeedBatch: 200, FeedBacklog: 1000,
 		out: io.Discard,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -83,6 +84,9 @@ func TestSmokeEveryScenario(t *testing.T) {
 			}
 		case "continuous":
 			positive("jobs_per_s", "worked", "inserted_per_s")
+			if r.Variant != "feed="+feedRiverbench {
+				t.Errorf("continuous ran feed %q, want the riverbench feed", r.Variant)
+			}
 		case "pickup":
 			positive("submit_to_start_p50_ms", "submit_to_start_p99_ms", "available_to_claimed_p99_ms")
 			if m["submit_to_start_samples"] != m["jobs"] {

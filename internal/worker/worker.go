@@ -31,7 +31,7 @@ const (
 	// Internal tuning, not exposed by internal/config: measured with the
 	// burndown benchmark (docs/performance.md) and fixed for every
 	// deployment; library users may still set them.
-	DefaultFinishBatch    = 256
+	DefaultFinishBatch    = 1024
 	DefaultCompleters     = 2
 	DefaultClaimCooldown  = 500 * time.Microsecond
 	DefaultFinishLinger   = 2 * time.Millisecond

@@ -49,6 +49,12 @@ type options struct {
 	rate           float64
 	maxWorkers     int
 	inserters      int
+	// continuousFeed, feedInterval, feedBatch and feedBacklog: how
+	// continuous inserts, as the mightyETL harness does (see feed.go).
+	continuousFeed string
+	feedInterval   time.Duration
+	feedBatch      int
+	feedBacklog    int
 	// fetchCooldown and fetchPollInterval are River's producer settings for
 	// burndown and continuous. The defaults are those of River's own published
 	// benchmark (riverbench): 2 ms and 20 ms. River's library defaults (100 ms,
@@ -66,7 +72,11 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "continuous run time")
 	flag.DurationVar(&o.pickupDuration, "pickup-duration", 2*time.Second, "pickup submission time per variant")
 	flag.Float64Var(&o.rate, "rate", 50, "pickup submissions per second")
-	flag.IntVar(&o.inserters, "inserters", 1, "continuous: inserting goroutines, each InsertManyFast 500 at a time back to back")
+	flag.IntVar(&o.inserters, "inserters", 1, "continuous flood feed: inserting goroutines, each InsertManyFast 500 at a time back to back")
+	flag.StringVar(&o.continuousFeed, "continuous-feed", feedRiverbench, "continuous: riverbench (River's own benchmark feed) or flood (back to back)")
+	flag.DurationVar(&o.feedInterval, "feed-interval", 50*time.Millisecond, "continuous riverbench feed: tick")
+	flag.IntVar(&o.feedBatch, "feed-batch", 2_000, "continuous riverbench feed: jobs per InsertManyFast")
+	flag.IntVar(&o.feedBacklog, "feed-backlog", 50_000, "continuous riverbench feed: inserted-and-not-worked floor it tops up to")
 	flag.IntVar(&o.maxWorkers, "max-workers", 2000, "burndown/continuous MaxWorkers of the default queue (River's benchmark: 2,000)")
 	flag.DurationVar(&o.fetchCooldown, "fetch-cooldown", 2*time.Millisecond, "burndown/continuous FetchCooldown (River's benchmark: 2ms; library default 100ms)")
 	flag.DurationVar(&o.fetchPollInterval, "fetch-poll-interval", 20*time.Millisecond, "burndown/continuous FetchPollInterval (River's benchmark: 20ms; library default 1s)")
@@ -320,10 +330,9 @@ func burndown(ctx context.Context, o options) (Result, error) {
 }
 
 func continuous(ctx context.Context, o options) (Result, error) {
-	res := Result{System: "river", Scenario: "continuous", Metrics: map[string]float64{},
+	res := Result{System: "river", Scenario: "continuous", Variant: "feed=" + o.continuousFeed, Metrics: map[string]float64{},
 		Settings: o.throughputSettings()}
 	res.Settings["duration"] = o.duration.String()
-	res.Settings["insert"] = fmt.Sprintf("%d goroutine(s), InsertManyFast batches of 500, back to back", o.inserters)
 	pool, err := freshDatabase(ctx, o.databaseURL)
 	if err != nil {
 		return res, err
@@ -335,59 +344,94 @@ func continuous(ctx context.Context, o options) (Result, error) {
 	}
 	done, cancel := completions(c)
 	defer cancel()
+	var inserted atomic.Int64
+	insert := func(ctx context.Context, n int) error {
+		if err := insertMany(ctx, c, n); err != nil {
+			return err
+		}
+		inserted.Add(int64(n))
+		return nil
+	}
+	// Inserted and not yet completed, from the inserter's and the client's
+	// own counters, as the mightyETL harness counts them.
+	left := func() int64 { return inserted.Load() - done.Load() }
+	switch o.continuousFeed {
+	case feedRiverbench:
+		res.Settings["insert"] = fmt.Sprintf("riverbench feed: a first fill of %d before the client starts, then every %s, while fewer than %d jobs are inserted and not worked, InsertManyFast batches of %d",
+			o.feedBacklog, o.feedInterval, o.feedBacklog, o.feedBatch)
+		// riverbench inserts its first fill before it starts the client.
+		if err := topUp(ctx, o.feedBatch, o.feedBacklog, left, insert); err != nil {
+			return res, err
+		}
+	case feedFlood:
+		res.Settings["insert"] = fmt.Sprintf("%d goroutine(s), InsertManyFast batches of 500, back to back", o.inserters)
+	default:
+		return res, fmt.Errorf("unknown -continuous-feed %q", o.continuousFeed)
+	}
 	if err := c.Start(ctx); err != nil {
 		return res, err
 	}
 	runCtx, stop := context.WithTimeout(ctx, o.duration)
 	defer stop()
-	var inserted atomic.Int64
-	var insErr error
-	var wg sync.WaitGroup
-	var errOnce sync.Once
+	var (
+		insErr  error
+		wg      sync.WaitGroup
+		errOnce sync.Once
+	)
+	fail := func(err error) {
+		if err != nil && runCtx.Err() == nil {
+			errOnce.Do(func() { insErr = err })
+		}
+	}
+	inserted0, worked0 := inserted.Load(), done.Load()
 	start := time.Now()
-	for range max(o.inserters, 1) {
+	if o.continuousFeed == feedRiverbench {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for runCtx.Err() == nil {
-				if err := insertMany(runCtx, c, 500); err != nil {
-					if runCtx.Err() == nil {
-						errOnce.Do(func() { insErr = err })
-					}
-					return
-				}
-				inserted.Add(500)
-			}
+			fail(feedEvery(runCtx, o.feedInterval, o.feedBatch, o.feedBacklog, left, insert))
 		}()
+	} else {
+		for range max(o.inserters, 1) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for runCtx.Err() == nil {
+					if err := insert(runCtx, 500); err != nil {
+						fail(err)
+						return
+					}
+				}
+			}()
+		}
 	}
 	var backlog []float64
 	tick := time.NewTicker(time.Second)
 	for runCtx.Err() == nil {
 		select {
 		case <-tick.C:
-			// Inserted and not yet completed, from the inserter's and the
-			// client's own counters, as the mightyETL harness samples it: no
-			// count(*) competing with the system under test.
-			backlog = append(backlog, float64(inserted.Load()-done.Load()))
+			backlog = append(backlog, float64(left()))
 		case <-runCtx.Done():
 		}
 	}
 	tick.Stop()
 	wg.Wait()
-	worked := done.Load()
+	worked := done.Load() - worked0
+	insertedN := inserted.Load() - inserted0
 	elapsed := time.Since(start)
 	_ = c.Stop(ctx)
 	if insErr != nil {
 		return res, insErr
 	}
 	res.Metrics["elapsed_s"] = elapsed.Seconds()
-	res.Metrics["inserted"] = float64(inserted.Load())
+	res.Metrics["inserted"] = float64(insertedN)
 	res.Metrics["worked"] = float64(worked)
-	res.Metrics["inserted_per_s"] = float64(inserted.Load()) / elapsed.Seconds()
+	res.Metrics["inserted_per_s"] = float64(insertedN) / elapsed.Seconds()
 	res.Metrics["jobs_per_s"] = float64(worked) / elapsed.Seconds()
 	if len(backlog) > 0 {
 		res.Metrics["backlog_first"] = backlog[0]
 		res.Metrics["backlog_last"] = backlog[len(backlog)-1]
+		res.Metrics["backlog_max"] = maxOf(backlog)
 		res.Metrics["backlog_slope_per_s"] = slope(backlog)
 	}
 	return res, nil

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// topUp inserts whole batches until the backlog reaches its floor, and not
+// one batch more: riverbench's inner loop.
+func TestTopUpFillsToTheBacklogInWholeBatches(t *testing.T) {
+	var inserted, worked atomic.Int64
+	var calls int
+	insert := func(_ context.Context, n int) error {
+		calls++
+		inserted.Add(int64(n))
+		return nil
+	}
+	left := func() int64 { return inserted.Load() - worked.Load() }
+	if err := topUp(context.Background(), 2_000, 5_000, left, insert); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 3 || inserted.Load() != 6_000 {
+		t.Fatalf("first fill: %d calls, %d inserted; want 3 calls, 6000", calls, inserted.Load())
+	}
+	// At or above the floor: nothing.
+	if err := topUp(context.Background(), 2_000, 5_000, left, insert); err != nil || calls != 3 {
+		t.Fatalf("full backlog: %d calls, err %v; want no insert", calls, err)
+	}
+	// Work 2,000 of them: one batch brings it back over the floor.
+	worked.Add(2_000)
+	if err := topUp(context.Background(), 2_000, 5_000, left, insert); err != nil || calls != 4 || left() != 6_000 {
+		t.Fatalf("after work: %d calls, backlog %d, err %v; want 4 calls, 6000", calls, left(), err)
+	}
+	boom := errors.New("insert failed")
+	worked.Add(6_000)
+	if err := topUp(context.Background(), 2_000, 5_000, left, func(context.Context, int) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("insert error: got %v", err)
+	}
+}
+
+// feedEvery tops up on each tick, stops when its context ends, and reports
+// an insert error only while the run is live.
+func TestFeedEveryTopsUpOnEachTickUntilTheRunEnds(t *testing.T) {
+	var inserted, worked atomic.Int64
+	left := func() int64 { return inserted.Load() - worked.Load() }
+	ticks := make(chan struct{}, 16)
+	insert := func(_ context.Context, n int) error {
+		inserted.Add(int64(n))
+		select {
+		case ticks <- struct{}{}:
+		default:
+		}
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- feedEvery(ctx, time.Millisecond, 10, 10, left, insert) }()
+	deadline := time.After(30 * time.Second)
+	for round := range 3 {
+		worked.Add(10) // the worker drains the backlog; the next tick refills it
+		select {
+		case <-ticks:
+		case <-deadline:
+			t.Fatalf("round %d: no top-up", round)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("feedEvery after its run ended: %v", err)
+	}
+	if inserted.Load() < 30 {
+		t.Fatalf("inserted %d, want at least 30", inserted.Load())
+	}
+
+	// An insert error while the run is live ends the feed with that error.
+	boom := errors.New("insert failed")
+	err := feedEvery(context.Background(), time.Millisecond, 10, 10, func() int64 { return 0 },
+		func(context.Context, int) error { return boom })
+	if !errors.Is(err, boom) {
+		t.Fatalf("live insert error: got %v", err)
+	}
+}
