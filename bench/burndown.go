@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/mightyetl/mightyetl/bench/feed"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/worker"
@@ -209,8 +210,8 @@ func (h *harness) burndown(ctx context.Context, variant string, n int) (Result, 
 }
 
 // continuous inserts through pg.InsertJobs (the intake's store call) while
-// the worker works, for -duration: as riverbench feeds River (feedRiverbench,
-// the default) or back to back on -inserters goroutines (feedFlood).
+// the worker works, for -duration: as riverbench feeds River (feed.Riverbench,
+// the default) or back to back on -inserters goroutines (feed.Flood).
 func (h *harness) continuous(ctx context.Context) (Result, error) {
 	res := Result{System: "mightyetl", Scenario: "continuous", Variant: "feed=" + h.o.ContinuousFeed, Metrics: map[string]float64{}}
 	if err := h.fresh(ctx); err != nil {
@@ -237,9 +238,9 @@ func (h *harness) continuous(ctx context.Context) (Result, error) {
 	// slots), from the inserter's and the worker's own counters, as the River
 	// peer counts them: no count(*) competing with the system under test.
 	left := func() int64 { return inserted.Load() - int64(worked()) }
-	if h.o.ContinuousFeed == feedRiverbench {
+	if h.o.ContinuousFeed == feed.Riverbench {
 		// riverbench inserts its first fill before it starts the client.
-		if err := topUp(ctx, h.o.FeedBatch, h.o.FeedBacklog, left, insert); err != nil {
+		if err := feed.TopUp(ctx, h.o.FeedBatch, h.o.FeedBacklog, left, insert); err != nil {
 			return res, fmt.Errorf("continuous first fill: %w", err)
 		}
 	}
@@ -262,7 +263,7 @@ func (h *harness) continuous(ctx context.Context) (Result, error) {
 		defer nw.close(ctx)
 		res.Settings["wakeups"] = "outbox relay -> NATS -> Worker.Wake; relay publishes lifecycle events"
 	}
-	if h.o.ContinuousFeed == feedRiverbench {
+	if h.o.ContinuousFeed == feed.Riverbench {
 		res.Settings["insert"] = fmt.Sprintf("riverbench feed: a first fill of %d before the worker starts, then every %s, while fewer than %d jobs are inserted and not worked, pg.InsertJobs batches of %d",
 			h.o.FeedBacklog, h.o.FeedInterval, h.o.FeedBacklog, h.o.FeedBatch)
 	} else {
@@ -283,11 +284,11 @@ func (h *harness) continuous(ctx context.Context) (Result, error) {
 	}
 	inserted0, worked0 := inserted.Load(), worked()
 	start := time.Now()
-	if h.o.ContinuousFeed == feedRiverbench {
+	if h.o.ContinuousFeed == feed.Riverbench {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			fail(feedEvery(runCtx, h.o.FeedInterval, h.o.FeedBatch, h.o.FeedBacklog, left, insert))
+			fail(feed.Every(runCtx, h.o.FeedInterval, h.o.FeedBatch, h.o.FeedBacklog, left, insert))
 		}()
 	} else {
 		for range max(h.o.Inserters, 1) {
@@ -330,12 +331,7 @@ func (h *harness) continuous(ctx context.Context) (Result, error) {
 	res.Metrics["jobs_per_s"] = workedN / elapsed.Seconds()
 	res.Metrics["claim_batch_mean"], _ = histMean(rg.reg, "mightyetl_worker_claim_batch_size")
 	res.Metrics["finish_batch_mean"], _ = histMean(rg.reg, "mightyetl_worker_finish_batch_size")
-	if len(backlog) > 0 {
-		res.Metrics["backlog_first"] = backlog[0]
-		res.Metrics["backlog_last"] = backlog[len(backlog)-1]
-		res.Metrics["backlog_max"] = maxOf(backlog)
-		res.Metrics["backlog_slope_per_s"] = slope(backlog)
-	}
+	feed.AddBacklogMetrics(res.Metrics, backlog)
 	return res, nil
 }
 
@@ -370,28 +366,6 @@ func selfCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func maxOf(v []float64) float64 {
-	m := v[0]
-	for _, x := range v[1:] {
-		m = max(m, x)
-	}
-	return m
-}
-
-// slope is the least-squares slope of v against its index (samples 1s apart).
-func slope(v []float64) float64 {
-	n := float64(len(v))
-	if n < 2 {
-		return 0
-	}
-	var sx, sy, sxy, sxx float64
-	for i, y := range v {
-		x := float64(i)
-		sx, sy, sxy, sxx = sx+x, sy+y, sxy+x*y, sxx+x*x
-	}
-	return (n*sxy - sx*sy) / (n*sxx - sx*sx)
 }
 
 // currentLSN is the server's current WAL position in bytes. The stop is

@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mightyetl/mightyetl/bench/feed"
 	"github.com/mightyetl/mightyetl/internal/app"
 	"github.com/mightyetl/mightyetl/internal/tracing"
 )
@@ -169,10 +170,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.Concurrency, "concurrency", 2000, "burndown/continuous worker execution slots; also the River peer's MaxWorkers (River's benchmark: 2,000)")
 	fs.IntVar(&o.FinishBatch, "finish-batch", 0, "burndown/continuous worker FinishBatch (0: the worker's default, as cmd/worker runs)")
 	fs.IntVar(&o.Completers, "completers", 0, "burndown/continuous worker Completers (0: the worker's default, as cmd/worker runs)")
-	fs.StringVar(&o.ContinuousFeed, "continuous-feed", feedRiverbench, "continuous: how both sides insert: riverbench (as River's own benchmark: every -feed-interval, batches of -feed-batch while fewer than -feed-backlog jobs are inserted and not worked) or flood (-inserters goroutines, 500 per call, back to back)")
-	fs.DurationVar(&o.FeedInterval, "feed-interval", riverbenchFeedInterval, "continuous riverbench feed: tick")
-	fs.IntVar(&o.FeedBatch, "feed-batch", riverbenchFeedBatch, "continuous riverbench feed: jobs per insert call")
-	fs.IntVar(&o.FeedBacklog, "feed-backlog", riverbenchFeedBacklog, "continuous riverbench feed: inserted-and-not-worked floor it tops up to")
+	fs.StringVar(&o.ContinuousFeed, "continuous-feed", feed.Riverbench, "continuous: how both sides insert: riverbench (as River's own benchmark: every -feed-interval, batches of -feed-batch while fewer than -feed-backlog jobs are inserted and not worked) or flood (-inserters goroutines, 500 per call, back to back)")
+	fs.DurationVar(&o.FeedInterval, "feed-interval", feed.RiverbenchInterval, "continuous riverbench feed: tick")
+	fs.IntVar(&o.FeedBatch, "feed-batch", feed.RiverbenchBatch, "continuous riverbench feed: jobs per insert call")
+	fs.IntVar(&o.FeedBacklog, "feed-backlog", feed.RiverbenchBacklog, "continuous riverbench feed: inserted-and-not-worked floor it tops up to")
 	fs.IntVar(&o.Inserters, "inserters", 1, "continuous flood feed: inserting goroutines on each side (mightyETL pg.InsertJobs, River InsertManyFast), 500 jobs per call, back to back")
 	fs.DurationVar(&o.ClaimCooldown, "claim-cooldown", 0, "burndown/continuous worker ClaimCooldown (0: the worker's default)")
 	fs.DurationVar(&o.FinishLinger, "finish-linger", 0, "burndown/continuous worker FinishLinger (0: the worker's default)")
@@ -197,7 +198,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		}
 		o.Scenarios = append(o.Scenarios, s)
 	}
-	if o.ContinuousFeed != feedRiverbench && o.ContinuousFeed != feedFlood {
+	if o.ContinuousFeed != feed.Riverbench && o.ContinuousFeed != feed.Flood {
 		return o, fmt.Errorf("-continuous-feed: unknown feed %q (riverbench, flood)", o.ContinuousFeed)
 	}
 	if o.FeedInterval <= 0 || o.FeedBatch <= 0 || o.FeedBacklog <= 0 {

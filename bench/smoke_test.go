@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/mightyetl/mightyetl/bench/feed"
 	"github.com/mightyetl/mightyetl/internal/natstest"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 )
@@ -52,7 +53,7 @@ func TestSmokeEveryScenario(t *testing.T) {
 		ScaleSmall: 1000, ScaleLarge: 5000, ScaleRounds: 30,
 		CrashLeases:     []time.Duration{3 * time.Second},
 		ResourcesWindow: time.Second, RunningJobs: 50,
-		ContinuousFeed: feedRiverbench, FeedInterval: 10 * time.Millisecond, FeedBatch: 200, FeedBacklog: 1000,
+		ContinuousFeed: feed.Riverbench, FeedInterval: 10 * time.Millisecond, FeedBatch: 200, FeedBacklog: 1000,
 		out: io.Discard,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -84,7 +85,7 @@ func TestSmokeEveryScenario(t *testing.T) {
 			}
 		case "continuous":
 			positive("jobs_per_s", "worked", "inserted_per_s")
-			if r.Variant != "feed="+feedRiverbench {
+			if r.Variant != "feed="+feed.Riverbench {
 				t.Errorf("continuous ran feed %q, want the riverbench feed", r.Variant)
 			}
 		case "pickup":

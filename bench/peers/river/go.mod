@@ -3,7 +3,7 @@ module github.com/mightyetl/mightyetl/bench/peers/river
 go 1.26.0
 
 require (
-	github.com/jackc/pgx/v5 v5.11.0
+	github.com/jackc/pgx/v5 v5.13.0
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
 )
@@ -19,6 +19,12 @@ require (
 	github.com/tidwall/match v1.2.0 // indirect
 	github.com/tidwall/pretty v1.2.1 // indirect
 	github.com/tidwall/sjson v1.2.5 // indirect
-	golang.org/x/sync v0.24.0 // indirect
-	golang.org/x/text v0.43.0 // indirect
+	golang.org/x/sync v0.25.0 // indirect
+	golang.org/x/text v0.44.0 // indirect
 )
+
+// The continuous feed (bench/feed) is shared with the mightyETL harness, so
+// both sides insert the same way; it comes from this checkout.
+require github.com/mightyetl/mightyetl v0.0.0
+
+replace github.com/mightyetl/mightyetl => ../../..

@@ -25,6 +25,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mightyetl/mightyetl/bench/feed"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
@@ -50,7 +51,7 @@ type options struct {
 	maxWorkers     int
 	inserters      int
 	// continuousFeed, feedInterval, feedBatch and feedBacklog: how
-	// continuous inserts, as the mightyETL harness does (see feed.go).
+	// continuous inserts, as the mightyETL harness does (bench/feed).
 	continuousFeed string
 	feedInterval   time.Duration
 	feedBatch      int
@@ -73,10 +74,10 @@ func main() {
 	flag.DurationVar(&o.pickupDuration, "pickup-duration", 2*time.Second, "pickup submission time per variant")
 	flag.Float64Var(&o.rate, "rate", 50, "pickup submissions per second")
 	flag.IntVar(&o.inserters, "inserters", 1, "continuous flood feed: inserting goroutines, each InsertManyFast 500 at a time back to back")
-	flag.StringVar(&o.continuousFeed, "continuous-feed", feedRiverbench, "continuous: riverbench (River's own benchmark feed) or flood (back to back)")
-	flag.DurationVar(&o.feedInterval, "feed-interval", 50*time.Millisecond, "continuous riverbench feed: tick")
-	flag.IntVar(&o.feedBatch, "feed-batch", 2_000, "continuous riverbench feed: jobs per InsertManyFast")
-	flag.IntVar(&o.feedBacklog, "feed-backlog", 50_000, "continuous riverbench feed: inserted-and-not-worked floor it tops up to")
+	flag.StringVar(&o.continuousFeed, "continuous-feed", feed.Riverbench, "continuous: riverbench (River's own benchmark feed) or flood (back to back)")
+	flag.DurationVar(&o.feedInterval, "feed-interval", feed.RiverbenchInterval, "continuous riverbench feed: tick")
+	flag.IntVar(&o.feedBatch, "feed-batch", feed.RiverbenchBatch, "continuous riverbench feed: jobs per InsertManyFast")
+	flag.IntVar(&o.feedBacklog, "feed-backlog", feed.RiverbenchBacklog, "continuous riverbench feed: inserted-and-not-worked floor it tops up to")
 	flag.IntVar(&o.maxWorkers, "max-workers", 2000, "burndown/continuous MaxWorkers of the default queue (River's benchmark: 2,000)")
 	flag.DurationVar(&o.fetchCooldown, "fetch-cooldown", 2*time.Millisecond, "burndown/continuous FetchCooldown (River's benchmark: 2ms; library default 100ms)")
 	flag.DurationVar(&o.fetchPollInterval, "fetch-poll-interval", 20*time.Millisecond, "burndown/continuous FetchPollInterval (River's benchmark: 20ms; library default 1s)")
@@ -356,14 +357,14 @@ func continuous(ctx context.Context, o options) (Result, error) {
 	// own counters, as the mightyETL harness counts them.
 	left := func() int64 { return inserted.Load() - done.Load() }
 	switch o.continuousFeed {
-	case feedRiverbench:
+	case feed.Riverbench:
 		res.Settings["insert"] = fmt.Sprintf("riverbench feed: a first fill of %d before the client starts, then every %s, while fewer than %d jobs are inserted and not worked, InsertManyFast batches of %d",
 			o.feedBacklog, o.feedInterval, o.feedBacklog, o.feedBatch)
 		// riverbench inserts its first fill before it starts the client.
-		if err := topUp(ctx, o.feedBatch, o.feedBacklog, left, insert); err != nil {
+		if err := feed.TopUp(ctx, o.feedBatch, o.feedBacklog, left, insert); err != nil {
 			return res, err
 		}
-	case feedFlood:
+	case feed.Flood:
 		res.Settings["insert"] = fmt.Sprintf("%d goroutine(s), InsertManyFast batches of 500, back to back", o.inserters)
 	default:
 		return res, fmt.Errorf("unknown -continuous-feed %q", o.continuousFeed)
@@ -385,11 +386,11 @@ func continuous(ctx context.Context, o options) (Result, error) {
 	}
 	inserted0, worked0 := inserted.Load(), done.Load()
 	start := time.Now()
-	if o.continuousFeed == feedRiverbench {
+	if o.continuousFeed == feed.Riverbench {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			fail(feedEvery(runCtx, o.feedInterval, o.feedBatch, o.feedBacklog, left, insert))
+			fail(feed.Every(runCtx, o.feedInterval, o.feedBatch, o.feedBacklog, left, insert))
 		}()
 	} else {
 		for range max(o.inserters, 1) {
@@ -428,12 +429,7 @@ func continuous(ctx context.Context, o options) (Result, error) {
 	res.Metrics["worked"] = float64(worked)
 	res.Metrics["inserted_per_s"] = float64(insertedN) / elapsed.Seconds()
 	res.Metrics["jobs_per_s"] = float64(worked) / elapsed.Seconds()
-	if len(backlog) > 0 {
-		res.Metrics["backlog_first"] = backlog[0]
-		res.Metrics["backlog_last"] = backlog[len(backlog)-1]
-		res.Metrics["backlog_max"] = maxOf(backlog)
-		res.Metrics["backlog_slope_per_s"] = slope(backlog)
-	}
+	feed.AddBacklogMetrics(res.Metrics, backlog)
 	return res, nil
 }
 
@@ -567,19 +563,6 @@ func percentiles(prefix string, ds []time.Duration, into map[string]float64) {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-func slope(v []float64) float64 {
-	n := float64(len(v))
-	if n < 2 {
-		return 0
-	}
-	var sx, sy, sxy, sxx float64
-	for i, y := range v {
-		x := float64(i)
-		sx, sy, sxy, sxx = sx+x, sy+y, sxy+x*y, sxx+x*x
-	}
-	return (n*sxy - sx*sy) / (n*sxx - sx*sx)
-}
 
 func selfCPU() time.Duration {
 	var ru syscall.Rusage

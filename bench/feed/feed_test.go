@@ -1,4 +1,4 @@
-package main
+package feed
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// topUp inserts whole batches until the backlog reaches its floor, and not
+// TopUp inserts whole batches until the backlog reaches its floor, and not
 // one batch more: riverbench's inner loop.
 func TestTopUpFillsToTheBacklogInWholeBatches(t *testing.T) {
 	var inserted, worked atomic.Int64
@@ -19,29 +19,29 @@ func TestTopUpFillsToTheBacklogInWholeBatches(t *testing.T) {
 		return nil
 	}
 	left := func() int64 { return inserted.Load() - worked.Load() }
-	if err := topUp(context.Background(), 2_000, 5_000, left, insert); err != nil {
+	if err := TopUp(context.Background(), 2_000, 5_000, left, insert); err != nil {
 		t.Fatal(err)
 	}
 	if calls != 3 || inserted.Load() != 6_000 {
 		t.Fatalf("first fill: %d calls, %d inserted; want 3 calls, 6000", calls, inserted.Load())
 	}
 	// At or above the floor: nothing.
-	if err := topUp(context.Background(), 2_000, 5_000, left, insert); err != nil || calls != 3 {
+	if err := TopUp(context.Background(), 2_000, 5_000, left, insert); err != nil || calls != 3 {
 		t.Fatalf("full backlog: %d calls, err %v; want no insert", calls, err)
 	}
 	// Work 2,000 of them: one batch brings it back over the floor.
 	worked.Add(2_000)
-	if err := topUp(context.Background(), 2_000, 5_000, left, insert); err != nil || calls != 4 || left() != 6_000 {
+	if err := TopUp(context.Background(), 2_000, 5_000, left, insert); err != nil || calls != 4 || left() != 6_000 {
 		t.Fatalf("after work: %d calls, backlog %d, err %v; want 4 calls, 6000", calls, left(), err)
 	}
 	boom := errors.New("insert failed")
 	worked.Add(6_000)
-	if err := topUp(context.Background(), 2_000, 5_000, left, func(context.Context, int) error { return boom }); !errors.Is(err, boom) {
+	if err := TopUp(context.Background(), 2_000, 5_000, left, func(context.Context, int) error { return boom }); !errors.Is(err, boom) {
 		t.Fatalf("insert error: got %v", err)
 	}
 }
 
-// feedEvery tops up on each tick, stops when its context ends, and reports
+// Every tops up on each tick, stops when its context ends, and reports
 // an insert error only while the run is live.
 func TestFeedEveryTopsUpOnEachTickUntilTheRunEnds(t *testing.T) {
 	var inserted, worked atomic.Int64
@@ -57,7 +57,7 @@ func TestFeedEveryTopsUpOnEachTickUntilTheRunEnds(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- feedEvery(ctx, time.Millisecond, 10, 10, left, insert) }()
+	go func() { done <- Every(ctx, time.Millisecond, 10, 10, left, insert) }()
 	deadline := time.After(30 * time.Second)
 	for round := range 3 {
 		worked.Add(10) // the worker drains the backlog; the next tick refills it
@@ -77,9 +77,29 @@ func TestFeedEveryTopsUpOnEachTickUntilTheRunEnds(t *testing.T) {
 
 	// An insert error while the run is live ends the feed with that error.
 	boom := errors.New("insert failed")
-	err := feedEvery(context.Background(), time.Millisecond, 10, 10, func() int64 { return 0 },
+	err := Every(context.Background(), time.Millisecond, 10, 10, func() int64 { return 0 },
 		func(context.Context, int) error { return boom })
 	if !errors.Is(err, boom) {
 		t.Fatalf("live insert error: got %v", err)
+	}
+}
+
+// AddBacklogMetrics records first, last, max and the per-second slope, and
+// nothing for a run without samples.
+func TestAddBacklogMetrics(t *testing.T) {
+	m := map[string]float64{}
+	AddBacklogMetrics(m, nil)
+	if len(m) != 0 {
+		t.Fatalf("no samples: got %v", m)
+	}
+	AddBacklogMetrics(m, []float64{10, 40, 20, 30})
+	want := map[string]float64{"backlog_first": 10, "backlog_last": 30, "backlog_max": 40, "backlog_slope_per_s": 4}
+	for k, v := range want {
+		if m[k] != v {
+			t.Errorf("%s = %v, want %v", k, m[k], v)
+		}
+	}
+	if s := Slope([]float64{5}); s != 0 {
+		t.Errorf("slope of one sample = %v, want 0", s)
 	}
 }
