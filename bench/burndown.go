@@ -5,7 +5,6 @@ import (
 	"fmt"
 	rtmetrics "runtime/metrics"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -213,7 +212,7 @@ func (h *harness) burndown(ctx context.Context, variant string, n int) (Result, 
 // the worker works, for -duration: as riverbench feeds River (feed.Riverbench,
 // the default) or back to back on -inserters goroutines (feed.Flood).
 func (h *harness) continuous(ctx context.Context) (Result, error) {
-	res := Result{System: "mightyetl", Scenario: "continuous", Variant: "feed=" + h.o.ContinuousFeed, Metrics: map[string]float64{}}
+	res := Result{System: "mightyetl", Scenario: "continuous", Variant: "feed=" + h.o.Feed.Mode, Metrics: map[string]float64{}}
 	if err := h.fresh(ctx); err != nil {
 		return res, err
 	}
@@ -238,11 +237,8 @@ func (h *harness) continuous(ctx context.Context) (Result, error) {
 	// slots), from the inserter's and the worker's own counters, as the River
 	// peer counts them: no count(*) competing with the system under test.
 	left := func() int64 { return inserted.Load() - int64(worked()) }
-	if h.o.ContinuousFeed == feed.Riverbench {
-		// riverbench inserts its first fill before it starts the client.
-		if err := feed.TopUp(ctx, h.o.FeedBatch, h.o.FeedBacklog, left, insert); err != nil {
-			return res, fmt.Errorf("continuous first fill: %w", err)
-		}
+	if err := h.o.Feed.Fill(ctx, left, insert); err != nil {
+		return res, fmt.Errorf("continuous first fill: %w", err)
 	}
 	cfg := h.throughputConfig()
 	rg, err := h.startWorker(ctx, cfg, nil, int32(h.o.ExecConns))
@@ -251,6 +247,7 @@ func (h *harness) continuous(ctx context.Context) (Result, error) {
 	}
 	res.Settings = h.throughputSettings(cfg, rg.execConns)
 	res.Settings["duration"] = h.o.Duration.String()
+	res.Settings["insert"] = h.o.Feed.Describe("pg.InsertJobs")
 	res.Settings["wakeups"] = "none (poll " + cfg.PollInterval.String() + ")"
 	if h.o.NATSURL != "" {
 		// As deployed: the relay publishes job_available wake-ups and the
@@ -263,47 +260,13 @@ func (h *harness) continuous(ctx context.Context) (Result, error) {
 		defer nw.close(ctx)
 		res.Settings["wakeups"] = "outbox relay -> NATS -> Worker.Wake; relay publishes lifecycle events"
 	}
-	if h.o.ContinuousFeed == feed.Riverbench {
-		res.Settings["insert"] = fmt.Sprintf("riverbench feed: a first fill of %d before the worker starts, then every %s, while fewer than %d jobs are inserted and not worked, pg.InsertJobs batches of %d",
-			h.o.FeedBacklog, h.o.FeedInterval, h.o.FeedBacklog, h.o.FeedBatch)
-	} else {
-		res.Settings["insert"] = fmt.Sprintf("%d goroutine(s), pg.InsertJobs batches of 500, back to back", max(h.o.Inserters, 1))
-	}
 
 	runCtx, cancel := context.WithTimeout(ctx, h.o.Duration)
 	defer cancel()
-	var (
-		wg      sync.WaitGroup
-		insErr  error
-		errOnce sync.Once
-	)
-	fail := func(err error) {
-		if err != nil && runCtx.Err() == nil {
-			errOnce.Do(func() { insErr = err })
-		}
-	}
 	inserted0, worked0 := inserted.Load(), worked()
 	start := time.Now()
-	if h.o.ContinuousFeed == feed.Riverbench {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fail(feed.Every(runCtx, h.o.FeedInterval, h.o.FeedBatch, h.o.FeedBacklog, left, insert))
-		}()
-	} else {
-		for range max(h.o.Inserters, 1) {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for runCtx.Err() == nil {
-					if err := insert(runCtx, 500); err != nil {
-						fail(err)
-						return
-					}
-				}
-			}()
-		}
-	}
+	fed := make(chan error, 1)
+	go func() { fed <- h.o.Feed.Run(runCtx, left, insert) }()
 	var backlog []float64
 	tick := time.NewTicker(time.Second)
 	for runCtx.Err() == nil {
@@ -314,7 +277,7 @@ func (h *harness) continuous(ctx context.Context) (Result, error) {
 		}
 	}
 	tick.Stop()
-	wg.Wait()
+	insErr := <-fed
 	workedN := worked() - worked0
 	insertedN := float64(inserted.Load() - inserted0)
 	elapsed := time.Since(start)

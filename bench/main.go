@@ -58,16 +58,8 @@ type options struct {
 	FinishBatch int `json:"finish_batch"`
 	Completers  int `json:"completers"`
 	ExecConns   int `json:"exec_conns"`
-	// Inserters is the number of continuous inserting goroutines, each side,
-	// with ContinuousFeed flood.
-	Inserters int `json:"inserters"`
-	// ContinuousFeed is how continuous inserts: riverbench (River's own
-	// benchmark: FeedBatch jobs per insert, every FeedInterval, while fewer
-	// than FeedBacklog are inserted and not worked) or flood (back to back).
-	ContinuousFeed string        `json:"continuous_feed"`
-	FeedInterval   time.Duration `json:"feed_interval_ns"`
-	FeedBatch      int           `json:"feed_batch"`
-	FeedBacklog    int           `json:"feed_backlog"`
+	// Feed is how continuous inserts, on both sides (bench/feed).
+	Feed feed.Config `json:"feed"`
 	// ClaimCooldown and FinishLinger override the worker's (0: its default).
 	ClaimCooldown time.Duration `json:"claim_cooldown_ns,omitempty"`
 	FinishLinger  time.Duration `json:"finish_linger_ns,omitempty"`
@@ -170,11 +162,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.Concurrency, "concurrency", 2000, "burndown/continuous worker execution slots; also the River peer's MaxWorkers (River's benchmark: 2,000)")
 	fs.IntVar(&o.FinishBatch, "finish-batch", 0, "burndown/continuous worker FinishBatch (0: the worker's default, as cmd/worker runs)")
 	fs.IntVar(&o.Completers, "completers", 0, "burndown/continuous worker Completers (0: the worker's default, as cmd/worker runs)")
-	fs.StringVar(&o.ContinuousFeed, "continuous-feed", feed.Riverbench, "continuous: how both sides insert: riverbench (as River's own benchmark: every -feed-interval, batches of -feed-batch while fewer than -feed-backlog jobs are inserted and not worked) or flood (-inserters goroutines, 500 per call, back to back)")
-	fs.DurationVar(&o.FeedInterval, "feed-interval", feed.RiverbenchInterval, "continuous riverbench feed: tick")
-	fs.IntVar(&o.FeedBatch, "feed-batch", feed.RiverbenchBatch, "continuous riverbench feed: jobs per insert call")
-	fs.IntVar(&o.FeedBacklog, "feed-backlog", feed.RiverbenchBacklog, "continuous riverbench feed: inserted-and-not-worked floor it tops up to")
-	fs.IntVar(&o.Inserters, "inserters", 1, "continuous flood feed: inserting goroutines on each side (mightyETL pg.InsertJobs, River InsertManyFast), 500 jobs per call, back to back")
+	o.Feed.AddFlags(fs, "pg.InsertJobs (River: InsertManyFast)")
 	fs.DurationVar(&o.ClaimCooldown, "claim-cooldown", 0, "burndown/continuous worker ClaimCooldown (0: the worker's default)")
 	fs.DurationVar(&o.FinishLinger, "finish-linger", 0, "burndown/continuous worker FinishLinger (0: the worker's default)")
 	fs.IntVar(&o.ExecConns, "exec-conns", 0, "burndown/continuous worker execution pool size (0: as cmd/worker sizes it)")
@@ -198,11 +186,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		}
 		o.Scenarios = append(o.Scenarios, s)
 	}
-	if o.ContinuousFeed != feed.Riverbench && o.ContinuousFeed != feed.Flood {
-		return o, fmt.Errorf("-continuous-feed: unknown feed %q (riverbench, flood)", o.ContinuousFeed)
-	}
-	if o.FeedInterval <= 0 || o.FeedBatch <= 0 || o.FeedBacklog <= 0 {
-		return o, fmt.Errorf("-feed-interval, -feed-batch and -feed-backlog must be positive")
+	if err := o.Feed.Validate(); err != nil {
+		return o, err
 	}
 	if o.IntakeClient != loadClientRaw && o.IntakeClient != loadClientNetHTTP {
 		return o, fmt.Errorf("-intake-client: unknown client %q (raw, nethttp)", o.IntakeClient)

@@ -53,8 +53,8 @@ func TestSmokeEveryScenario(t *testing.T) {
 		ScaleSmall: 1000, ScaleLarge: 5000, ScaleRounds: 30,
 		CrashLeases:     []time.Duration{3 * time.Second},
 		ResourcesWindow: time.Second, RunningJobs: 50,
-		ContinuousFeed: feed.Riverbench, FeedInterval: 10 * time.Millisecond, FeedBatch: 200, FeedBacklog: 1000,
-		out: io.Discard,
+		Feed: feed.Config{Mode: feed.Riverbench, Interval: 10 * time.Millisecond, Batch: 200, Backlog: 1000, Inserters: 1},
+		out:  io.Discard,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -15,6 +15,10 @@ package feed
 
 import (
 	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"sync"
 	"time"
 )
 
@@ -92,4 +96,92 @@ func Slope(v []float64) float64 {
 		sx, sy, sxy, sxx = sx+x, sy+y, sxy+x*y, sxx+x*x
 	}
 	return (n*sxy - sx*sy) / (n*sxx - sx*sx)
+}
+
+// Config is one side's continuous feed, as its flags set it.
+type Config struct {
+	// Mode is Riverbench or Flood.
+	Mode string `json:"mode"`
+	// Interval, Batch and Backlog are the riverbench loop's tick, jobs per
+	// insert call, and inserted-and-not-worked floor.
+	Interval time.Duration `json:"interval_ns"`
+	Batch    int           `json:"batch"`
+	Backlog  int           `json:"backlog"`
+	// Inserters is the number of back-to-back inserting goroutines of Flood,
+	// each inserting FloodBatch jobs per call.
+	Inserters int `json:"inserters"`
+}
+
+// FloodBatch is the jobs per insert call of the Flood feed.
+const FloodBatch = 500
+
+// AddFlags registers -continuous-feed, -feed-interval, -feed-batch,
+// -feed-backlog and -inserters on fs, with River's benchmark values as
+// defaults; insertCall names the side's insert call in the help text.
+func (c *Config) AddFlags(fs *flag.FlagSet, insertCall string) {
+	fs.StringVar(&c.Mode, "continuous-feed", Riverbench, "continuous: how to insert: riverbench (as River's own benchmark: a first fill, then every -feed-interval, batches of -feed-batch while fewer than -feed-backlog jobs are inserted and not worked) or flood (-inserters goroutines, 500 per call, back to back)")
+	fs.DurationVar(&c.Interval, "feed-interval", RiverbenchInterval, "continuous riverbench feed: tick")
+	fs.IntVar(&c.Batch, "feed-batch", RiverbenchBatch, "continuous riverbench feed: jobs per "+insertCall)
+	fs.IntVar(&c.Backlog, "feed-backlog", RiverbenchBacklog, "continuous riverbench feed: inserted-and-not-worked floor it tops up to")
+	fs.IntVar(&c.Inserters, "inserters", 1, "continuous flood feed: goroutines, each "+insertCall+" 500 at a time back to back")
+}
+
+// Validate reports a Config the flags could not have meant.
+func (c Config) Validate() error {
+	if c.Mode != Riverbench && c.Mode != Flood {
+		return fmt.Errorf("-continuous-feed: unknown feed %q (riverbench, flood)", c.Mode)
+	}
+	if c.Interval <= 0 || c.Batch <= 0 || c.Backlog <= 0 || c.Inserters <= 0 {
+		return errors.New("-feed-interval, -feed-batch, -feed-backlog and -inserters must be positive")
+	}
+	return nil
+}
+
+// Describe is the result's "insert" setting: what the feed did, with
+// insertCall naming the side's insert call.
+func (c Config) Describe(insertCall string) string {
+	if c.Mode == Riverbench {
+		return fmt.Sprintf("riverbench feed: a first fill of %d before the worker starts, then every %s, while fewer than %d jobs are inserted and not worked, %s batches of %d",
+			c.Backlog, c.Interval, c.Backlog, insertCall, c.Batch)
+	}
+	return fmt.Sprintf("%d goroutine(s), %s batches of %d, back to back", c.Inserters, insertCall, FloodBatch)
+}
+
+// Fill inserts the riverbench feed's first fill (nothing for Flood); run it
+// before the worker starts, as riverbench does.
+func (c Config) Fill(ctx context.Context, left func() int64, insert func(context.Context, int) error) error {
+	if c.Mode != Riverbench {
+		return nil
+	}
+	return TopUp(ctx, c.Batch, c.Backlog, left, insert)
+}
+
+// Run inserts until ctx ends: the riverbench loop on one goroutine, or
+// Inserters goroutines back to back. It returns once all of them have, with
+// the first insert error met while ctx was live.
+func (c Config) Run(ctx context.Context, left func() int64, insert func(context.Context, int) error) error {
+	if c.Mode == Riverbench {
+		return Every(ctx, c.Interval, c.Batch, c.Backlog, left, insert)
+	}
+	var (
+		wg       sync.WaitGroup
+		errOnce  sync.Once
+		firstErr error
+	)
+	for range max(c.Inserters, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if err := insert(ctx, FloodBatch); err != nil {
+					if ctx.Err() == nil {
+						errOnce.Do(func() { firstErr = err })
+					}
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return firstErr
 }

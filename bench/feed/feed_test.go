@@ -103,3 +103,50 @@ func TestAddBacklogMetrics(t *testing.T) {
 		t.Errorf("slope of one sample = %v, want 0", s)
 	}
 }
+
+// Flood runs its inserters back to back until the run ends and reports the
+// first insert error met while it was live; Fill does nothing for it.
+func TestFloodRunsItsInsertersUntilTheRunEnds(t *testing.T) {
+	c := Config{Mode: Flood, Interval: time.Millisecond, Batch: 1, Backlog: 1, Inserters: 3}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var inserted atomic.Int64
+	never := func() int64 { t.Error("flood read the backlog"); return 0 }
+	if err := c.Fill(context.Background(), never, nil); err != nil {
+		t.Fatalf("flood fill: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	insert := func(ctx context.Context, n int) error {
+		if n != FloodBatch {
+			t.Errorf("flood inserted %d per call, want %d", n, FloodBatch)
+		}
+		if inserted.Add(int64(n)) >= 30*FloodBatch {
+			cancel()
+		}
+		return ctx.Err()
+	}
+	if err := c.Run(ctx, never, insert); err != nil {
+		t.Fatalf("flood after its run ended: %v", err)
+	}
+	boom := errors.New("insert failed")
+	if err := c.Run(context.Background(), never, func(context.Context, int) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("live insert error: got %v", err)
+	}
+}
+
+func TestConfigValidateRefusesWhatTheFlagsCannotMean(t *testing.T) {
+	good := Config{Mode: Riverbench, Interval: RiverbenchInterval, Batch: RiverbenchBatch, Backlog: RiverbenchBacklog, Inserters: 1}
+	if err := good.Validate(); err != nil {
+		t.Fatalf("riverbench defaults: %v", err)
+	}
+	for name, c := range map[string]Config{
+		"unknown mode": {Mode: "trickle", Interval: 1, Batch: 1, Backlog: 1, Inserters: 1},
+		"zero batch":   {Mode: Riverbench, Interval: 1, Batch: 0, Backlog: 1, Inserters: 1},
+		"no interval":  {Mode: Riverbench, Interval: 0, Batch: 1, Backlog: 1, Inserters: 1},
+	} {
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: accepted %+v", name, c)
+		}
+	}
+}

@@ -49,13 +49,9 @@ type options struct {
 	pickupDuration time.Duration
 	rate           float64
 	maxWorkers     int
-	inserters      int
-	// continuousFeed, feedInterval, feedBatch and feedBacklog: how
-	// continuous inserts, as the mightyETL harness does (bench/feed).
-	continuousFeed string
-	feedInterval   time.Duration
-	feedBatch      int
-	feedBacklog    int
+	// feed is how continuous inserts, as the mightyETL harness does
+	// (bench/feed).
+	feed feed.Config
 	// fetchCooldown and fetchPollInterval are River's producer settings for
 	// burndown and continuous. The defaults are those of River's own published
 	// benchmark (riverbench): 2 ms and 20 ms. River's library defaults (100 ms,
@@ -73,15 +69,15 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "continuous run time")
 	flag.DurationVar(&o.pickupDuration, "pickup-duration", 2*time.Second, "pickup submission time per variant")
 	flag.Float64Var(&o.rate, "rate", 50, "pickup submissions per second")
-	flag.IntVar(&o.inserters, "inserters", 1, "continuous flood feed: inserting goroutines, each InsertManyFast 500 at a time back to back")
-	flag.StringVar(&o.continuousFeed, "continuous-feed", feed.Riverbench, "continuous: riverbench (River's own benchmark feed) or flood (back to back)")
-	flag.DurationVar(&o.feedInterval, "feed-interval", feed.RiverbenchInterval, "continuous riverbench feed: tick")
-	flag.IntVar(&o.feedBatch, "feed-batch", feed.RiverbenchBatch, "continuous riverbench feed: jobs per InsertManyFast")
-	flag.IntVar(&o.feedBacklog, "feed-backlog", feed.RiverbenchBacklog, "continuous riverbench feed: inserted-and-not-worked floor it tops up to")
+	o.feed.AddFlags(flag.CommandLine, "InsertManyFast")
 	flag.IntVar(&o.maxWorkers, "max-workers", 2000, "burndown/continuous MaxWorkers of the default queue (River's benchmark: 2,000)")
 	flag.DurationVar(&o.fetchCooldown, "fetch-cooldown", 2*time.Millisecond, "burndown/continuous FetchCooldown (River's benchmark: 2ms; library default 100ms)")
 	flag.DurationVar(&o.fetchPollInterval, "fetch-poll-interval", 20*time.Millisecond, "burndown/continuous FetchPollInterval (River's benchmark: 20ms; library default 1s)")
 	flag.Parse()
+	if err := o.feed.Validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "river peer: %v\n", err)
+		os.Exit(2)
+	}
 	for s := range strings.SplitSeq(*scen, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			o.scenarios = append(o.scenarios, s)
@@ -331,9 +327,10 @@ func burndown(ctx context.Context, o options) (Result, error) {
 }
 
 func continuous(ctx context.Context, o options) (Result, error) {
-	res := Result{System: "river", Scenario: "continuous", Variant: "feed=" + o.continuousFeed, Metrics: map[string]float64{},
+	res := Result{System: "river", Scenario: "continuous", Variant: "feed=" + o.feed.Mode, Metrics: map[string]float64{},
 		Settings: o.throughputSettings()}
 	res.Settings["duration"] = o.duration.String()
+	res.Settings["insert"] = o.feed.Describe("InsertManyFast")
 	pool, err := freshDatabase(ctx, o.databaseURL)
 	if err != nil {
 		return res, err
@@ -356,56 +353,19 @@ func continuous(ctx context.Context, o options) (Result, error) {
 	// Inserted and not yet completed, from the inserter's and the client's
 	// own counters, as the mightyETL harness counts them.
 	left := func() int64 { return inserted.Load() - done.Load() }
-	switch o.continuousFeed {
-	case feed.Riverbench:
-		res.Settings["insert"] = fmt.Sprintf("riverbench feed: a first fill of %d before the client starts, then every %s, while fewer than %d jobs are inserted and not worked, InsertManyFast batches of %d",
-			o.feedBacklog, o.feedInterval, o.feedBacklog, o.feedBatch)
-		// riverbench inserts its first fill before it starts the client.
-		if err := feed.TopUp(ctx, o.feedBatch, o.feedBacklog, left, insert); err != nil {
-			return res, err
-		}
-	case feed.Flood:
-		res.Settings["insert"] = fmt.Sprintf("%d goroutine(s), InsertManyFast batches of 500, back to back", o.inserters)
-	default:
-		return res, fmt.Errorf("unknown -continuous-feed %q", o.continuousFeed)
+	// riverbench inserts its first fill before it starts the client.
+	if err := o.feed.Fill(ctx, left, insert); err != nil {
+		return res, err
 	}
 	if err := c.Start(ctx); err != nil {
 		return res, err
 	}
 	runCtx, stop := context.WithTimeout(ctx, o.duration)
 	defer stop()
-	var (
-		insErr  error
-		wg      sync.WaitGroup
-		errOnce sync.Once
-	)
-	fail := func(err error) {
-		if err != nil && runCtx.Err() == nil {
-			errOnce.Do(func() { insErr = err })
-		}
-	}
 	inserted0, worked0 := inserted.Load(), done.Load()
 	start := time.Now()
-	if o.continuousFeed == feed.Riverbench {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fail(feed.Every(runCtx, o.feedInterval, o.feedBatch, o.feedBacklog, left, insert))
-		}()
-	} else {
-		for range max(o.inserters, 1) {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for runCtx.Err() == nil {
-					if err := insert(runCtx, 500); err != nil {
-						fail(err)
-						return
-					}
-				}
-			}()
-		}
-	}
+	fed := make(chan error, 1)
+	go func() { fed <- o.feed.Run(runCtx, left, insert) }()
 	var backlog []float64
 	tick := time.NewTicker(time.Second)
 	for runCtx.Err() == nil {
@@ -416,7 +376,7 @@ func continuous(ctx context.Context, o options) (Result, error) {
 		}
 	}
 	tick.Stop()
-	wg.Wait()
+	insErr := <-fed
 	worked := done.Load() - worked0
 	insertedN := inserted.Load() - inserted0
 	elapsed := time.Since(start)
