@@ -80,24 +80,20 @@ func (h *harness) close() {
 	}
 }
 
-// drop closes the harness's pool and drops the bench database (the next
-// fresh re-creates it).
+// drop closes the harness's pool and drops the bench database (fresh
+// re-creates it).
 func (h *harness) drop(ctx context.Context) error {
 	if h.pool != nil {
 		h.pool.Close()
 		h.pool = nil
 	}
-	return recreateDatabase(ctx, h.url)
+	return dropDatabase(ctx, h.url)
 }
 
 // fresh drops and re-creates the bench database and migrates it, so every
 // scenario starts from an empty schema.
 func (h *harness) fresh(ctx context.Context) error {
-	if h.pool != nil {
-		h.pool.Close()
-		h.pool = nil
-	}
-	if err := recreateDatabase(ctx, h.url); err != nil {
+	if err := h.drop(ctx); err != nil {
 		return err
 	}
 	if err := pg.EnsureDatabase(ctx, h.url, nil); err != nil {
@@ -125,9 +121,9 @@ func (h *harness) fresh(ctx context.Context) error {
 	return nil
 }
 
-// recreateDatabase drops the database named in url (disconnecting its
+// dropDatabase drops the database named in url (disconnecting its
 // sessions) so that pg.EnsureDatabase creates it empty.
-func recreateDatabase(ctx context.Context, url string) error {
+func dropDatabase(ctx context.Context, url string) error {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return fmt.Errorf("parse database url: %w", err)

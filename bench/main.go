@@ -330,10 +330,12 @@ func execute(ctx context.Context, o options, log *slog.Logger) (*Report, error) 
 		// a million churned rows keeps autovacuum busy for a minute after
 		// its run, on the same two cores. The peer's database of an earlier
 		// invocation goes now, ours before the peer runs.
-		if url, err := riverDatabaseURL(o); err == nil {
-			if err := recreateDatabase(ctx, url); err != nil {
-				return rep, fmt.Errorf("drop the peer's database: %w", err)
-			}
+		url, err := riverDatabaseURL(o)
+		if err == nil {
+			err = dropDatabase(ctx, url)
+		}
+		if err != nil {
+			return rep, fmt.Errorf("drop the peer's database: %w", err)
 		}
 	}
 	for _, s := range o.Scenarios {

@@ -170,10 +170,8 @@ func runRiverPeer(ctx context.Context, o options) ([]Result, error) {
 	}
 	args := []string{"run", ".", "-database-url", riverURL, "-scenarios", strings.Join(scen, ","),
 		"-n", strconv.Itoa(o.N), "-duration", o.Duration.String(), "-pickup-duration", o.PickupDuration.String(),
-		"-rate", strconv.FormatFloat(o.Rate, 'f', -1, 64), "-max-workers", strconv.Itoa(o.Concurrency),
-		"-inserters", strconv.Itoa(o.Feed.Inserters), "-continuous-feed", o.Feed.Mode,
-		"-feed-interval", o.Feed.Interval.String(), "-feed-batch", strconv.Itoa(o.Feed.Batch),
-		"-feed-backlog", strconv.Itoa(o.Feed.Backlog)}
+		"-rate", strconv.FormatFloat(o.Rate, 'f', -1, 64), "-max-workers", strconv.Itoa(o.Concurrency)}
+	args = append(args, o.Feed.Args()...)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = filepath.Join(root, "bench", "peers", "river")
 	cmd.Stderr = os.Stderr

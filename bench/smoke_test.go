@@ -41,7 +41,7 @@ func TestSmokeEveryScenario(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := recreateDatabase(ctx, url); err != nil {
+		if err := dropDatabase(ctx, url); err != nil {
 			t.Logf("drop smoke database: %v", err)
 		}
 	})

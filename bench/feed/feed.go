@@ -18,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -126,6 +127,14 @@ func (c *Config) AddFlags(fs *flag.FlagSet, insertCall string) {
 	fs.IntVar(&c.Inserters, "inserters", 1, "continuous flood feed: goroutines, each "+insertCall+" 500 at a time back to back")
 }
 
+// Args are the flags AddFlags registers, set to c: how one side passes its
+// feed to the other's process.
+func (c Config) Args() []string {
+	return []string{"-continuous-feed", c.Mode, "-feed-interval", c.Interval.String(),
+		"-feed-batch", strconv.Itoa(c.Batch), "-feed-backlog", strconv.Itoa(c.Backlog),
+		"-inserters", strconv.Itoa(c.Inserters)}
+}
+
 // Validate reports a Config the flags could not have meant.
 func (c Config) Validate() error {
 	if c.Mode != Riverbench && c.Mode != Flood {
@@ -141,7 +150,7 @@ func (c Config) Validate() error {
 // insertCall naming the side's insert call.
 func (c Config) Describe(insertCall string) string {
 	if c.Mode == Riverbench {
-		return fmt.Sprintf("riverbench feed: a first fill of %d before the worker starts, then every %s, while fewer than %d jobs are inserted and not worked, %s batches of %d",
+		return fmt.Sprintf("riverbench feed: a first fill of %d before work starts, then every %s, while fewer than %d jobs are inserted and not worked, %s batches of %d",
 			c.Backlog, c.Interval, c.Backlog, insertCall, c.Batch)
 	}
 	return fmt.Sprintf("%d goroutine(s), %s batches of %d, back to back", c.Inserters, insertCall, FloodBatch)

@@ -3,6 +3,7 @@ package feed
 import (
 	"context"
 	"errors"
+	"flag"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -148,5 +149,20 @@ func TestConfigValidateRefusesWhatTheFlagsCannotMean(t *testing.T) {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s: accepted %+v", name, c)
 		}
+	}
+}
+
+// Args, parsed by the flags AddFlags registers, give back the same Config:
+// what the harness passes the River peer is what it ran itself.
+func TestArgsRoundTripThroughAddFlags(t *testing.T) {
+	want := Config{Mode: Flood, Interval: 250 * time.Millisecond, Batch: 5_000, Backlog: 75_000, Inserters: 3}
+	var got Config
+	fs := flag.NewFlagSet("peer", flag.ContinueOnError)
+	got.AddFlags(fs, "InsertManyFast")
+	if err := fs.Parse(want.Args()); err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Fatalf("round trip: got %+v, want %+v", got, want)
 	}
 }
