@@ -22,3 +22,9 @@ const ConflictCooldown = conflictCooldown
 
 // DecodeDigest is decodeDigest.
 func DecodeDigest(dst []byte, h string) ([]byte, error) { return decodeDigest(dst, h) }
+
+// The lookups of a (principal, key) pair (migration 00015's index).
+var (
+	ExistingJobsSQL = existingJobsSQL
+	ReplayByKeySQL  = replayByKeySQL
+)

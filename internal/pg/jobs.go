@@ -88,8 +88,10 @@ type Inserted struct {
 }
 
 // insertJobsSQL inserts many jobs, their claim-queue rows and one
-// job_available outbox group row for all of them in one statement. ON CONFLICT DO NOTHING on (principal_scope_hash,
-// submission_key_hash) makes concurrent identical submissions converge: the
+// job_available outbox group row for all of them in one statement. ON
+// CONFLICT DO NOTHING on the submission identity of (principal_scope_hash,
+// submission_key_hash) (conflictArbiter) makes concurrent identical
+// submissions converge: the
 // loser waits for the winner's commit and then inserts nothing. The lineage
 // arrays hold NULL for jobs without lineage. It returns only what the
 // database decided (id, status and attempt count from the column defaults,
@@ -107,7 +109,7 @@ WITH ins AS (
                                  replay_source_job_record_id, replay_root_job_record_id, replay_generation_count)
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::bytea[], $4::bytea[], $5::bytea[], $6::text[], $7::int[],
                          $8::uuid[], $9::uuid[], $10::int[])
-    ON CONFLICT (principal_scope_hash, submission_key_hash) DO NOTHING
+` + conflictArbiter + `
     RETURNING j.job_record_id, j.job_status, j.attempt_count, j.created_at, j.updated_at, j.available_at
 ), queued AS (
     INSERT INTO etl_job_claim_queue (job_record_id, claimable_at)
@@ -153,7 +155,22 @@ var (
 )
 
 // conflictArbiter is the insert statements' ON CONFLICT clause.
-const conflictArbiter = "\n    ON CONFLICT (principal_scope_hash, submission_key_hash) DO NOTHING"
+const conflictArbiter = "\n    ON CONFLICT ((" + submissionIdentity + ")) DO NOTHING"
+
+// submissionIdentity is the expression of the submission-key unique index
+// etl_job_submission_key_unique (migration 00015): the first 16 bytes of
+// SHA-256(principal_scope_hash || submission_key_hash), as a uuid, over the
+// unqualified columns. A statement that looks a (principal, key) pair up
+// names it on the table's columns, so the planner uses the index, and
+// compares the pair itself as well (identities could collide; pairs are
+// what is unique). identityOf gives it over other expressions.
+const submissionIdentity = "encode(substr(sha256(principal_scope_hash || submission_key_hash), 1, 16), 'hex')::uuid"
+
+// identityOf is submissionIdentity over the digests owner and key (SQL
+// expressions of type bytea).
+func identityOf(owner, key string) string {
+	return "encode(substr(sha256(" + owner + " || " + key + "), 1, 16), 'hex')::uuid"
+}
 
 // withoutConflictArbiter removes conflictArbiter from an insert statement:
 // a plain INSERT, which a taken (principal, key) pair fails with 23505.
@@ -186,11 +203,15 @@ var conflictFreeInserts atomic.Int32
 // directly.
 const conflictCooldown = 64
 
-const existingJobsSQL = `
+// existingJobsSQL reads the rows that hold the given (principal, key)
+// pairs, through the submission-key unique index.
+var existingJobsSQL = `
 SELECT j.principal_scope_hash, j.submission_key_hash, ` + jobColumns + `
 FROM etl_job_records j
 JOIN unnest($1::bytea[], $2::bytea[]) AS k(principal_scope_hash, submission_key_hash)
-  ON j.principal_scope_hash = k.principal_scope_hash AND j.submission_key_hash = k.submission_key_hash`
+  ON ` + identityOf("j.principal_scope_hash", "j.submission_key_hash") + ` = ` +
+	identityOf("k.principal_scope_hash", "k.submission_key_hash") + `
+ AND j.principal_scope_hash = k.principal_scope_hash AND j.submission_key_hash = k.submission_key_hash`
 
 // jobColumns are the owner-visible columns, in scanJob order, qualified by
 // the alias j. request_digest is a 32-byte bytea (migration 00014); it is

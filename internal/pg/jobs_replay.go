@@ -76,8 +76,11 @@ FOR UPDATE`
 // replayByKeySQL reads the job the caller's replay key already made, if any,
 // in a fresh READ COMMITTED snapshot (taken after the source lock, so it
 // sees a concurrent winner that committed while this transaction waited).
-const replayByKeySQL = `SELECT ` + jobColumns + `
-FROM etl_job_records j WHERE j.principal_scope_hash = decode($1, 'hex') AND j.submission_key_hash = decode($2, 'hex')`
+// Found through the submission-key unique index (migration 00015).
+var replayByKeySQL = `SELECT ` + jobColumns + `
+FROM etl_job_records j
+WHERE ` + identityOf("j.principal_scope_hash", "j.submission_key_hash") + ` = ` + identityOf("decode($1, 'hex')", "decode($2, 'hex')") + `
+  AND j.principal_scope_hash = decode($1, 'hex') AND j.submission_key_hash = decode($2, 'hex')`
 
 // ReplayJob creates a new PENDING job that replays the caller's FAILED or
 // CANCELLED job p.SourceJobID with p.Payload, and its job_available outbox

@@ -188,7 +188,10 @@ func TestMigration00014ConvertsDigestsAndDownReverts(t *testing.T) {
 	}
 
 	// The product statements and the SQL functions, given hex, find the
-	// converted rows.
+	// converted rows (at the latest version: the product's statements name
+	// 00015's submission-key index as their ON CONFLICT arbiter).
+	migUp(t, pool)
+	pool.Reset()
 	if j, err := pg.GetJob(ctx, pool, owner, source); err != nil || j.Status != pg.StatusFailed || j.RequestDigest != digest {
 		t.Fatalf("GetJob of the source at 00014: %+v, %v", j, err)
 	}
