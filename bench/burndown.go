@@ -26,8 +26,9 @@ const (
 	variantNoOutbox       = "no-outbox"
 	variantNoOutboxLedger = "no-outbox-no-ledger"
 	// variantCustomPlans changes no SQL and no schema: the worker's pools
-	// connect with plan_cache_mode=force_custom_plan (a connection setting),
-	// to price the generic-plan problem of the batched lease statements.
+	// connect with plan_cache_mode=force_custom_plan (a connection setting
+	// that wins over pg.PoolOptions.PinnedPlans), to price planning every
+	// lease statement for its actual batch, as the worker did before.
 	variantCustomPlans = "custom-plans"
 )
 

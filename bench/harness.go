@@ -342,11 +342,11 @@ func (h *harness) startWorker(ctx context.Context, cfg worker.Config, handlers m
 		}
 		url += sep + h.workerURLParams
 	}
-	exec, err := pg.NewPool(ctx, url, pg.PoolOptions{MaxConns: execConns, ApplicationName: "mightyetl-worker", CustomPlans: true})
+	exec, err := pg.NewPool(ctx, url, pg.PoolOptions{MaxConns: execConns, ApplicationName: "mightyetl-worker", PinnedPlans: true})
 	if err != nil {
 		return nil, err
 	}
-	renew, err := pg.NewPool(ctx, url, pg.PoolOptions{MaxConns: 2, MinConns: 1, ApplicationName: "mightyetl-renewer", CustomPlans: true})
+	renew, err := pg.NewPool(ctx, url, pg.PoolOptions{MaxConns: 2, MinConns: 1, ApplicationName: "mightyetl-renewer", PinnedPlans: true})
 	if err != nil {
 		exec.Close()
 		return nil, err

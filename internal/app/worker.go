@@ -136,8 +136,8 @@ func (p *WorkerProcess) connectNATS(ctx context.Context) error {
 // OpenPools opens a worker's two pools on databaseURL: the execution pool
 // (claims and finishes), sized for concurrency slots and the machine, and a
 // separate two-connection renewal pool, so handlers holding every execution
-// connection can never starve renewal. Both plan each statement for its
-// actual batch (pg.PoolOptions.CustomPlans).
+// connection can never starve renewal. Both plan each lease statement once
+// per connection, as an index plan (pg.PoolOptions.PinnedPlans).
 //
 // Both are bounded on the server too, so a statement or transaction whose
 // client vanished (a partition, a killed worker) ends there and frees its
@@ -148,12 +148,12 @@ func (p *WorkerProcess) connectNATS(ctx context.Context) error {
 // (renewal never waits on a held row: see lease.Renew).
 func OpenPools(ctx context.Context, databaseURL string, concurrency int, stmtTimeout, renewInterval time.Duration) (exec, renew *pgxpool.Pool, err error) {
 	execConns := int32(max(4, min(concurrency+2, 4*runtime.GOMAXPROCS(0)+4)))
-	exec, err = pg.NewPool(ctx, databaseURL, pg.PoolOptions{MaxConns: execConns, ApplicationName: "mightyetl-worker", CustomPlans: true,
+	exec, err = pg.NewPool(ctx, databaseURL, pg.PoolOptions{MaxConns: execConns, ApplicationName: "mightyetl-worker", PinnedPlans: true,
 		StatementTimeout: stmtTimeout + time.Second, IdleInTransactionTimeout: 2 * (stmtTimeout + time.Second)})
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect execution pool: %w", err)
 	}
-	renew, err = pg.NewPool(ctx, databaseURL, pg.PoolOptions{MaxConns: 2, MinConns: 1, ApplicationName: "mightyetl-renewer", CustomPlans: true,
+	renew, err = pg.NewPool(ctx, databaseURL, pg.PoolOptions{MaxConns: 2, MinConns: 1, ApplicationName: "mightyetl-renewer", PinnedPlans: true,
 		StatementTimeout: renewInterval, LockTimeout: min(time.Second, renewInterval/4)})
 	if err != nil {
 		exec.Close()
