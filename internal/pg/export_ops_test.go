@@ -28,3 +28,6 @@ var (
 	ExistingJobsSQL = existingJobsSQL
 	ReplayByKeySQL  = replayByKeySQL
 )
+
+// ListJobsSQL is ListJobs's statement and arguments.
+func ListJobsSQL(p ListParams) (string, []any) { return listJobsSQL(p) }

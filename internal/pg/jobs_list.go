@@ -32,7 +32,8 @@ type ListParams struct {
 
 // ListJobs returns up to p.Limit of the owner's jobs, newest first
 // (created_at DESC, job_record_id DESC). The keyset predicate and order match
-// etl_job_owner_pagination_index, so a page costs O(limit) index entries
+// etl_job_owner_pagination_index read backwards (it is ascending since
+// migration 00016), so a page costs O(limit) index entries
 // whatever the table size; with a status filter it reads the owner's entries
 // until limit of them match (a dedicated status index was dropped in
 // migration 00004 because every job transition paid for it). Rows inserted while a client pages sort before its cursor and are
@@ -41,21 +42,8 @@ func ListJobs(ctx context.Context, db DBTX, p ListParams) ([]Job, error) {
 	if p.Limit < 1 {
 		return nil, fmt.Errorf("list jobs: limit %d below 1", p.Limit)
 	}
-	var b strings.Builder
-	b.WriteString(`SELECT ` + jobColumns + ` FROM etl_job_records j WHERE j.principal_scope_hash = decode($1, 'hex')`)
-	args := []any{p.PrincipalScopeHash}
-	if p.Status != "" {
-		args = append(args, p.Status)
-		b.WriteString(` AND j.job_status = $` + strconv.Itoa(len(args)))
-	}
-	if p.After != nil {
-		args = append(args, p.After.CreatedAt, p.After.JobID)
-		// Row comparison: strictly after the cursor in the descending order.
-		fmt.Fprintf(&b, ` AND (j.created_at, j.job_record_id) < ($%d, $%d)`, len(args)-1, len(args))
-	}
-	args = append(args, p.Limit)
-	fmt.Fprintf(&b, ` ORDER BY j.created_at DESC, j.job_record_id DESC LIMIT $%d`, len(args))
-	rows, err := db.Query(ctx, b.String(), args...)
+	sql, args := listJobsSQL(p)
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
@@ -72,4 +60,23 @@ func ListJobs(ctx context.Context, db DBTX, p ListParams) ([]Job, error) {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
 	return jobs, nil
+}
+
+// listJobsSQL is ListJobs's statement and arguments for p.
+func listJobsSQL(p ListParams) (string, []any) {
+	var b strings.Builder
+	b.WriteString(`SELECT ` + jobColumns + ` FROM etl_job_records j WHERE j.principal_scope_hash = decode($1, 'hex')`)
+	args := []any{p.PrincipalScopeHash}
+	if p.Status != "" {
+		args = append(args, p.Status)
+		b.WriteString(` AND j.job_status = $` + strconv.Itoa(len(args)))
+	}
+	if p.After != nil {
+		args = append(args, p.After.CreatedAt, p.After.JobID)
+		// Row comparison: strictly after the cursor in the descending order.
+		fmt.Fprintf(&b, ` AND (j.created_at, j.job_record_id) < ($%d, $%d)`, len(args)-1, len(args))
+	}
+	args = append(args, p.Limit)
+	fmt.Fprintf(&b, ` ORDER BY j.created_at DESC, j.job_record_id DESC LIMIT $%d`, len(args))
+	return b.String(), args
 }

@@ -3,6 +3,7 @@ package pg_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -189,6 +190,52 @@ func TestMigration00015CompactsTheSubmissionIndexAndDownReverts(t *testing.T) {
 	}
 	if strings.Contains(fnBody, "sha256") {
 		t.Error("etl_operator_replay_job after down still names the 00015 identity")
+	}
+	migUp(t, pool)
+}
+
+// Migration 00016 rebuilds the owner pagination index in ascending order and
+// down rebuilds it descending; owners' lists read the same rows either way.
+func TestMigration00016OrdersThePaginationIndexAscendingAndDownReverts(t *testing.T) {
+	pool, _ := pgtest.NewDatabase(t, pgtest.Options{Empty: true})
+	ctx := context.Background()
+	def := func() string {
+		t.Helper()
+		var d string
+		if err := pool.QueryRow(ctx, `SELECT pg_get_indexdef('etl_job_owner_pagination_index'::regclass)`).Scan(&d); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	migTo(t, pool, 15)
+	owner := pgtest.SHA("mig-16-owner")
+	migSeedKeys(t, pool, owner, 30)
+	if d := def(); !strings.Contains(d, "created_at DESC, job_record_id DESC") {
+		t.Fatalf("at 00015: %s, want the descending index", d)
+	}
+	list := func(at string) []uuid.UUID {
+		t.Helper()
+		jobs, err := pg.ListJobs(ctx, pool, pg.ListParams{PrincipalScopeHash: owner, Limit: 100})
+		if err != nil || len(jobs) != 30 {
+			t.Fatalf("list at %s: %d jobs, %v", at, len(jobs), err)
+		}
+		ids := make([]uuid.UUID, len(jobs))
+		for i, j := range jobs {
+			ids[i] = j.JobID
+		}
+		return ids
+	}
+	before := list("00015")
+	migTo(t, pool, 16)
+	if d := def(); strings.Contains(d, "DESC") || !strings.Contains(d, "(principal_scope_hash, created_at, job_record_id)") {
+		t.Fatalf("at 00016: %s, want (principal_scope_hash, created_at, job_record_id)", d)
+	}
+	if after := list("00016"); !slices.Equal(before, after) {
+		t.Fatalf("list order changed at 00016: %v, was %v", after, before)
+	}
+	migTo(t, pool, 15)
+	if d := def(); !strings.Contains(d, "created_at DESC, job_record_id DESC") {
+		t.Fatalf("after down: %s, want the descending index", d)
 	}
 	migUp(t, pool)
 }
