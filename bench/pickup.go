@@ -57,20 +57,35 @@ func (s *startRecorder) get(id uuid.UUID) (startRec, bool) {
 	return r, ok
 }
 
-// pickup runs the NATS wake-up variant (when -nats-url is set) and the
+// Pickup variants.
+const (
+	// pickupAnnounced: as the intake does with its own NATS connection
+	// (natsbridge: Service.SetAnnouncer): pg.InsertJobsUnannounced, then
+	// one wake-up published on NATS once the insert has committed.
+	pickupAnnounced = "nats-announced"
+	// pickupRelay: as an intake without NATS: pg.InsertJobs writes the
+	// job_available outbox row and the relay (LISTEN, then its own
+	// transaction) publishes the wake-up.
+	pickupRelay    = "nats-relay"
+	pickupPollOnly = "poll-only"
+)
+
+// pickup runs the NATS wake-up variants (when -nats-url is set) and the
 // polling-only variant.
 func (h *harness) pickup(ctx context.Context) ([]Result, error) {
 	var out []Result
+	variants := []string{pickupPollOnly}
 	if h.o.NATSURL != "" {
-		r, err := h.pickupRun(ctx, true)
+		variants = []string{pickupAnnounced, pickupRelay, pickupPollOnly}
+	}
+	for _, v := range variants {
+		r, err := h.pickupRun(ctx, v)
 		out = append(out, r)
 		if err != nil {
 			return out, err
 		}
 	}
-	r, err := h.pickupRun(ctx, false)
-	out = append(out, r)
-	return out, err
+	return out, nil
 }
 
 // natsWiring is the in-process relay and the worker's wake-up subscription.
@@ -134,11 +149,7 @@ func (n *natsWiring) close(ctx context.Context) {
 // pickupRun submits one job at a time at -rate for -pickup-duration to a
 // default-configured worker (8 slots, poll 1s) and measures
 // submit-committed-to-handler-start and available-to-claimed latency.
-func (h *harness) pickupRun(ctx context.Context, withNATS bool) (Result, error) {
-	variant := "poll-only"
-	if withNATS {
-		variant = "nats-wakeups"
-	}
+func (h *harness) pickupRun(ctx context.Context, variant string) (Result, error) {
 	res := Result{System: "mightyetl", Scenario: "pickup", Variant: variant, Metrics: map[string]float64{},
 		Settings: map[string]string{"rate_per_s": strconv.FormatFloat(h.o.Rate, 'f', -1, 64),
 			"duration": h.o.PickupDuration.String(), "worker": "defaults (8 slots, poll 1s, lease 30s)"}}
@@ -155,20 +166,25 @@ func (h *harness) pickupRun(ctx context.Context, withNATS bool) (Result, error) 
 		defer cancel()
 		_ = rg.stop(stopCtx)
 	}()
-	if withNATS {
+	var announce func() // nil: the insert writes the job_available outbox row
+	if variant != pickupPollOnly {
 		nw, err := h.wireNATS(ctx, rg.w)
 		if err != nil {
 			return res, fmt.Errorf("wire NATS: %w", err)
 		}
 		defer nw.close(ctx)
 		res.Settings["wakeups"] = "outbox relay (LISTEN) -> NATS <prefix>.jobs.available -> Worker.Wake"
+		if variant == pickupAnnounced {
+			announce = nw.relay.AnnounceAvailable
+			res.Settings["wakeups"] = "pg.InsertJobsUnannounced, then NATS <prefix>.jobs.available after the commit (as the intake with NATS) -> Worker.Wake"
+		}
 	}
 	// Warm up connections and caches; not measured.
-	if _, err := h.submitPaced(ctx, rec, 5, 10*time.Millisecond); err != nil {
+	if _, err := h.submitPaced(ctx, rec, 5, 10*time.Millisecond, announce); err != nil {
 		return res, err
 	}
 	n := max(1, int(h.o.Rate*h.o.PickupDuration.Seconds()))
-	committed, err := h.submitPaced(ctx, rec, n, time.Duration(float64(time.Second)/h.o.Rate))
+	committed, err := h.submitPaced(ctx, rec, n, time.Duration(float64(time.Second)/h.o.Rate), announce)
 	if err != nil {
 		return res, err
 	}
@@ -191,8 +207,10 @@ func (h *harness) pickupRun(ctx context.Context, withNATS bool) (Result, error) 
 
 // submitPaced inserts n jobs one at a time (each its own commit), one every
 // interval, and waits until every handler started. It returns each job's
-// commit-acknowledged time.
-func (h *harness) submitPaced(ctx context.Context, rec *startRecorder, n int, interval time.Duration) (map[uuid.UUID]time.Time, error) {
+// commit-acknowledged time. With announce, each insert writes no
+// job_available outbox row and announce runs after its commit, as the
+// intake's group commit does with an announcer.
+func (h *harness) submitPaced(ctx context.Context, rec *startRecorder, n int, interval time.Duration, announce func()) (map[uuid.UUID]time.Time, error) {
 	committed := make(map[uuid.UUID]time.Time, n)
 	start := time.Now()
 	for i := range n {
@@ -204,10 +222,19 @@ func (h *harness) submitPaced(ctx context.Context, rec *startRecorder, n int, in
 			}
 		}
 		jobs := h.newJobs(1, zeroPayload)
-		if err := h.insertJobs(ctx, jobs); err != nil {
+		var err error
+		if announce != nil {
+			_, err = pg.InsertJobsUnannounced(ctx, h.pool, jobs)
+		} else {
+			err = h.insertJobs(ctx, jobs)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("submit: %w", err)
 		}
 		committed[jobs[0].JobID] = time.Now()
+		if announce != nil {
+			announce()
+		}
 	}
 	err := waitUntil(ctx, 30*time.Second, 5*time.Millisecond, "every submitted job to start", func() (bool, error) {
 		for id := range committed {

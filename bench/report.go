@@ -100,7 +100,7 @@ func ratios(mine, peers []Result) []Ratio {
 		add("burndown", "default/"+p.Variant, "", "wal_run_bytes_per_job", "lower")
 	}
 	add("continuous", "", "", "jobs_per_s", "higher")
-	for _, pair := range [][2]string{{"nats-wakeups", "tuned"}, {"nats-wakeups", "default"}, {"poll-only", "poll-only"}} {
+	for _, pair := range [][2]string{{"nats-announced", "tuned"}, {"nats-announced", "default"}, {"nats-relay", "tuned"}, {"poll-only", "poll-only"}} {
 		add("pickup", pair[0], pair[1], "submit_to_start_p50_ms", "lower")
 		add("pickup", pair[0], pair[1], "submit_to_start_p99_ms", "lower")
 	}
