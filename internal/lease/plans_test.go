@@ -2,7 +2,6 @@ package lease_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -15,16 +14,6 @@ import (
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 )
-
-// planNode is one node of EXPLAIN (FORMAT JSON).
-type planNode struct {
-	NodeType     string     `json:"Node Type"`
-	RelationName string     `json:"Relation Name"`
-	IndexName    string     `json:"Index Name"`
-	ActualRows   float64    `json:"Actual Rows"`
-	ActualLoops  float64    `json:"Actual Loops"`
-	Plans        []planNode `json:"Plans"`
-}
 
 // explainExecute runs EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE of the prepared
 // statement name with args (SQL literals) on conn, in a transaction it rolls
@@ -42,24 +31,11 @@ func explainExecute(t *testing.T, conn *pgxpool.Conn, name, args string) (nodes 
 	if err := tx.QueryRow(ctx, fmt.Sprintf("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE %s(%s)", pgx.Identifier{name}.Sanitize(), args)).Scan(&out); err != nil {
 		t.Fatalf("explain execute: %v", err)
 	}
-	var plans []struct {
-		Plan planNode `json:"Plan"`
-	}
-	if err := json.Unmarshal(out, &plans); err != nil {
-		t.Fatal(err)
-	}
-	var walk func(n planNode)
-	walk = func(n planNode) {
+	for _, n := range pgtest.PlanNodes(t, out) {
 		nodes = append(nodes, strings.TrimSpace(n.NodeType+" "+n.RelationName+" "+n.IndexName))
 		if strings.HasPrefix(n.RelationName, "etl_job_") {
 			maxRows = max(maxRows, n.ActualRows*n.ActualLoops)
 		}
-		for _, c := range n.Plans {
-			walk(c)
-		}
-	}
-	for _, p := range plans {
-		walk(p.Plan)
 	}
 	return nodes, maxRows
 }

@@ -4,23 +4,11 @@ import (
 	"context"
 	"crypto/md5"
 	"encoding/hex"
-	"encoding/json"
 	"testing"
 
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 )
-
-// listPlanNode is one node of EXPLAIN (ANALYZE, FORMAT JSON), with the scan
-// direction.
-type listPlanNode struct {
-	NodeType      string         `json:"Node Type"`
-	RelationName  string         `json:"Relation Name"`
-	IndexName     string         `json:"Index Name"`
-	ScanDirection string         `json:"Scan Direction"`
-	ActualRows    float64        `json:"Actual Rows"`
-	Plans         []listPlanNode `json:"Plans"`
-}
 
 // An owner's list, newest first, reads the ascending pagination index
 // (migration 00016) backwards: one index scan of
@@ -55,26 +43,15 @@ func TestListJobsReadsThePaginationIndexBackwards(t *testing.T) {
 		if err := pool.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, args...).Scan(&out); err != nil {
 			t.Fatalf("%s: explain: %v", c.name, err)
 		}
-		var plans []struct {
-			Plan listPlanNode `json:"Plan"`
-		}
-		if err := json.Unmarshal(out, &plans); err != nil {
-			t.Fatal(err)
-		}
-		var scans, sorts []listPlanNode
-		var walk func(n listPlanNode)
-		walk = func(n listPlanNode) {
+		var scans, sorts []pgtest.PlanNode
+		for _, n := range pgtest.PlanNodes(t, out) {
 			if n.RelationName == "etl_job_records" {
 				scans = append(scans, n)
 			}
 			if n.NodeType == "Sort" || n.NodeType == "Incremental Sort" {
 				sorts = append(sorts, n)
 			}
-			for _, ch := range n.Plans {
-				walk(ch)
-			}
 		}
-		walk(plans[0].Plan)
 		if len(scans) != 1 || len(sorts) != 0 || scans[0].NodeType != "Index Scan" ||
 			scans[0].IndexName != "etl_job_owner_pagination_index" || scans[0].ScanDirection != "Backward" {
 			t.Fatalf("%s: scans %+v, sorts %d; want one backward index scan of etl_job_owner_pagination_index and no sort", c.name, scans, len(sorts))

@@ -2,7 +2,6 @@ package pg_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"sort"
@@ -64,16 +63,6 @@ SELECT job_record_id, COALESCE(lease_expires_at, available_at) FROM etl_job_reco
 	}
 }
 
-// planNode is one node of EXPLAIN (ANALYZE, FORMAT JSON).
-type planNode struct {
-	NodeType     string     `json:"Node Type"`
-	RelationName string     `json:"Relation Name"`
-	IndexName    string     `json:"Index Name"`
-	ActualRows   float64    `json:"Actual Rows"`
-	ActualLoops  float64    `json:"Actual Loops"`
-	Plans        []planNode `json:"Plans"`
-}
-
 // explain runs EXPLAIN ANALYZE of sql and returns, for etl_job_records, the
 // node types used and the most rows any of its nodes produced.
 func explain(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) (nodes []string, maxRows float64) {
@@ -82,23 +71,12 @@ func explain(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) (nodes [
 	if err := pool.QueryRow(context.Background(), "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, args...).Scan(&out); err != nil {
 		t.Fatalf("explain: %v", err)
 	}
-	var plans []struct {
-		Plan planNode `json:"Plan"`
-	}
-	if err := json.Unmarshal(out, &plans); err != nil {
-		t.Fatal(err)
-	}
-	var walk func(n planNode)
-	walk = func(n planNode) {
+	for _, n := range pgtest.PlanNodes(t, out) {
 		if n.RelationName == "etl_job_records" {
 			nodes = append(nodes, n.NodeType+" "+n.IndexName)
 			maxRows = max(maxRows, n.ActualRows*max(1, n.ActualLoops))
 		}
-		for _, c := range n.Plans {
-			walk(c)
-		}
 	}
-	walk(plans[0].Plan)
 	return nodes, maxRows
 }
 
