@@ -154,22 +154,26 @@ var (
 	insertTracedJobsUnannouncedSQL = withoutAvailableEvent(insertTracedJobsSQL)
 )
 
-// conflictArbiter is the insert statements' ON CONFLICT clause.
-const conflictArbiter = "\n    ON CONFLICT ((" + submissionIdentity + ")) DO NOTHING"
+// conflictArbiter is the insert statements' ON CONFLICT clause: the
+// expression of the submission-key unique index over the inserted row's
+// columns.
+var conflictArbiter = "\n    ON CONFLICT ((" + identityOf("principal_scope_hash", "submission_key_hash") + ")) DO NOTHING"
 
-// submissionIdentity is the expression of the submission-key unique index
-// etl_job_submission_key_unique (migration 00015): the first 16 bytes of
-// SHA-256(principal_scope_hash || submission_key_hash), as a uuid, over the
-// unqualified columns. A statement that looks a (principal, key) pair up
-// names it on the table's columns, so the planner uses the index, and
-// compares the pair itself as well (identities could collide; pairs are
-// what is unique). identityOf gives it over other expressions.
-const submissionIdentity = "encode(substr(sha256(principal_scope_hash || submission_key_hash), 1, 16), 'hex')::uuid"
-
-// identityOf is submissionIdentity over the digests owner and key (SQL
-// expressions of type bytea).
+// identityOf is the expression of the submission-key unique index
+// etl_job_submission_key_unique (migration 00015) over the digests owner and
+// key (SQL expressions of type bytea): the first 16 bytes of
+// SHA-256(owner || key), as a uuid.
 func identityOf(owner, key string) string {
 	return "encode(substr(sha256(" + owner + " || " + key + "), 1, 16), 'hex')::uuid"
+}
+
+// pairOf matches the job row j to the (principal, key) pair owner, key (SQL
+// expressions of type bytea): through the submission-key unique index (the
+// identity of j's columns, which the planner matches to the index), then on
+// the pair itself (identities could collide; pairs are what is unique).
+func pairOf(owner, key string) string {
+	return identityOf("j.principal_scope_hash", "j.submission_key_hash") + " = " + identityOf(owner, key) +
+		"\n  AND j.principal_scope_hash = " + owner + " AND j.submission_key_hash = " + key
 }
 
 // withoutConflictArbiter removes conflictArbiter from an insert statement:
@@ -209,9 +213,7 @@ var existingJobsSQL = `
 SELECT j.principal_scope_hash, j.submission_key_hash, ` + jobColumns + `
 FROM etl_job_records j
 JOIN unnest($1::bytea[], $2::bytea[]) AS k(principal_scope_hash, submission_key_hash)
-  ON ` + identityOf("j.principal_scope_hash", "j.submission_key_hash") + ` = ` +
-	identityOf("k.principal_scope_hash", "k.submission_key_hash") + `
- AND j.principal_scope_hash = k.principal_scope_hash AND j.submission_key_hash = k.submission_key_hash`
+  ON ` + pairOf("k.principal_scope_hash", "k.submission_key_hash")
 
 // jobColumns are the owner-visible columns, in scanJob order, qualified by
 // the alias j. request_digest is a 32-byte bytea (migration 00014); it is

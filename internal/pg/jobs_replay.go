@@ -79,8 +79,7 @@ FOR UPDATE`
 // Found through the submission-key unique index (migration 00015).
 var replayByKeySQL = `SELECT ` + jobColumns + `
 FROM etl_job_records j
-WHERE ` + identityOf("j.principal_scope_hash", "j.submission_key_hash") + ` = ` + identityOf("decode($1, 'hex')", "decode($2, 'hex')") + `
-  AND j.principal_scope_hash = decode($1, 'hex') AND j.submission_key_hash = decode($2, 'hex')`
+WHERE ` + pairOf("decode($1, 'hex')", "decode($2, 'hex')")
 
 // ReplayJob creates a new PENDING job that replays the caller's FAILED or
 // CANCELLED job p.SourceJobID with p.Payload, and its job_available outbox

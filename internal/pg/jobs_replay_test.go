@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
@@ -209,11 +208,8 @@ func TestReplayKeyRaceAcrossSources(t *testing.T) {
 }
 
 func pgCode(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code
-	}
-	return ""
+	code, _ := constraintOf(err)
+	return code
 }
 
 // The guard: lineage is immutable, a referenced source's evidence is

@@ -40,6 +40,8 @@ func waitForLockWait(t *testing.T, pool *pgxpool.Pool, prefix string) {
 	}
 }
 
+// constraintOf returns the SQLSTATE and constraint name of a PostgreSQL
+// error, empty strings for any other error.
 func constraintOf(err error) (code, constraint string) {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mightyetl/mightyetl/internal/pg"
@@ -91,8 +90,7 @@ func TestMigration00015CompactsTheSubmissionIndexAndDownReverts(t *testing.T) {
 		VALUES (gen_random_uuid(), 'etl_records', decode($1, 'hex'), sha256(convert_to('mig-15-7', 'UTF8')),
 		        sha256(convert_to('body', 'UTF8')), NULL, 'SUCCEEDED', 1, 3)`
 	_, err := pool.Exec(ctx, dup, owner)
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "23505" || pgErr.ConstraintName != "etl_job_submission_key_unique" {
+	if code, name := constraintOf(err); code != "23505" || name != "etl_job_submission_key_unique" {
 		t.Fatalf("a taken pair at 00015: %v, want 23505 etl_job_submission_key_unique", err)
 	}
 	if _, err := pool.Exec(ctx, dup, other); err != nil {
@@ -174,7 +172,7 @@ func TestMigration00015CompactsTheSubmissionIndexAndDownReverts(t *testing.T) {
 		t.Fatalf("after down etl_job_submission_key_unique: constraint %v, unique %v, %s; want the two-column constraint", constraint, unique, def)
 	}
 	_, err = pool.Exec(ctx, dup, owner)
-	if !errors.As(err, &pgErr) || pgErr.Code != "23505" || pgErr.ConstraintName != "etl_job_submission_key_unique" {
+	if code, name := constraintOf(err); code != "23505" || name != "etl_job_submission_key_unique" {
 		t.Fatalf("a taken pair after down: %v, want 23505 etl_job_submission_key_unique", err)
 	}
 	var outcome string
