@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,16 +30,20 @@ func gatedClaimSQL(t *testing.T) string {
 		t.Fatalf("claim statement without exactly one %q", now)
 	}
 	return strings.Replace(lease.ClaimSQL, now,
-		"WHERE q.claimable_at <= (SELECT clock_timestamp() FROM (SELECT pg_advisory_xact_lock(11000018)) AS gate)", 1)
+		"WHERE q.claimable_at <= (SELECT clock_timestamp() FROM (SELECT pg_advisory_xact_lock("+strconv.Itoa(gateKey)+")) AS gate)", 1)
 }
 
-// waitForAdvisoryWait waits until some backend waits for an advisory lock.
+// waitForAdvisoryWait waits until a backend of this test's database waits
+// for the advisory lock gateKey (a bigint key below 2^32: classid 0, objid
+// the key, objsubid 1).
 func waitForAdvisoryWait(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
 	testwait.For(t, 30*time.Second, "the claim to wait at its gate", func() bool {
 		var n int
 		if err := pool.QueryRow(context.Background(),
-			`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&n); err != nil {
+			`SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+			 WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database()
+			   AND l.classid = 0 AND l.objid = $1 AND l.objsubid = 1`, gateKey).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n > 0
