@@ -78,10 +78,11 @@ func TestClaimSkipsARowChangedAfterItsSnapshot(t *testing.T) {
 		kind int
 		id   [16]byte
 	}
+	gated := gatedClaimSQL(t)
 	done := make(chan error, 1)
 	var rows []row
 	go func() {
-		r, err := pool.Query(ctx, gatedClaimSQL(t), 10, "worker-gated-a", time.Hour.Microseconds())
+		r, err := pool.Query(ctx, gated, 10, "worker-gated-a", time.Hour.Microseconds())
 		if err != nil {
 			done <- err
 			return
