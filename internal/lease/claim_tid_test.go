@@ -7,12 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
-	"github.com/mightyetl/mightyetl/internal/testwait"
 )
 
 // gateKey is the advisory lock a gated claim waits for.
@@ -31,23 +28,6 @@ func gatedClaimSQL(t *testing.T) string {
 	}
 	return strings.Replace(lease.ClaimSQL, now,
 		"WHERE q.claimable_at <= (SELECT clock_timestamp() FROM (SELECT pg_advisory_xact_lock("+strconv.Itoa(gateKey)+")) AS gate)", 1)
-}
-
-// waitForAdvisoryWait waits until a backend of this test's database waits
-// for the advisory lock gateKey (a bigint key below 2^32: classid 0, objid
-// the key, objsubid 1).
-func waitForAdvisoryWait(t *testing.T, pool *pgxpool.Pool) {
-	t.Helper()
-	testwait.For(t, 30*time.Second, "the claim to wait at its gate", func() bool {
-		var n int
-		if err := pool.QueryRow(context.Background(),
-			`SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
-			 WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database()
-			   AND l.classid = 0 AND l.objid = $1 AND l.objsubid = 1`, gateKey).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n > 0
-	})
 }
 
 // The claim updates the job rows it locked by the TID its lock returned, not
@@ -74,31 +54,17 @@ func TestClaimSkipsARowChangedAfterItsSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	type row struct {
-		kind int
-		id   [16]byte
-	}
 	gated := gatedClaimSQL(t)
-	done := make(chan error, 1)
-	var rows []row
+	type outcome struct {
+		res lease.ClaimResult
+		err error
+	}
+	done := make(chan outcome, 1)
 	go func() {
-		r, err := pool.Query(ctx, gated, 10, "worker-gated-a", time.Hour.Microseconds())
-		if err != nil {
-			done <- err
-			return
-		}
-		defer r.Close()
-		for r.Next() {
-			vals, err := r.Values()
-			if err != nil {
-				done <- err
-				return
-			}
-			rows = append(rows, row{kind: int(vals[0].(int32)), id: vals[1].([16]byte)})
-		}
-		done <- r.Err()
+		res, err := lease.ClaimJobsWith(ctx, pool, gated, lease.ClaimParams{OwnerID: "worker-gated-a", Limit: 10, LeaseDuration: time.Hour})
+		done <- outcome{res, err}
 	}()
-	waitForAdvisoryWait(t, pool)
+	pgtest.WaitForLockWait(t, pool, gated[:40])
 
 	// Committed after the claim's snapshot: a new version of a still
 	// claimable job, and a cancellation.
@@ -115,26 +81,12 @@ func TestClaimSkipsARowChangedAfterItsSnapshot(t *testing.T) {
 	if err := gate.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	got := <-done
+	if got.err != nil {
+		t.Fatal(got.err)
 	}
-
-	var claimed, candidates int
-	for _, r := range rows {
-		switch r.kind {
-		case 1:
-			claimed++
-			if r.id != untouched {
-				t.Fatalf("claimed %v, want only the untouched job %v", uuid.UUID(r.id), untouched)
-			}
-		case 3:
-			candidates++
-		}
-	}
-	// The cancelled job's queue row went with its cancellation: the claim's
-	// lock found it deleted and passed it by.
-	if claimed != 1 || candidates != 2 {
-		t.Fatalf("claimed %d of %d candidates, want 1 of 2", claimed, candidates)
+	if len(got.res.Claimed) != 1 || got.res.Claimed[0].JobID != untouched {
+		t.Fatalf("claimed %+v, want only the untouched job %v", got.res.Claimed, untouched)
 	}
 	var st string
 	var attempts int

@@ -196,10 +196,16 @@ FROM candidates`
 // FAILED etl_worker_attempts_exhausted in the same statement. Each claimed job
 // gets a fresh claim id, a new fencing token and attempt_count + 1.
 func ClaimJobs(ctx context.Context, db pg.DBTX, p ClaimParams) (ClaimResult, error) {
+	return claimJobs(ctx, db, claimSQL, p)
+}
+
+// claimJobs runs the claim statement sql (claimSQL; tests pass it with a
+// barrier injected) and reads its rows.
+func claimJobs(ctx context.Context, db pg.DBTX, sql string, p ClaimParams) (ClaimResult, error) {
 	if p.Limit < 1 {
 		return ClaimResult{}, nil
 	}
-	rows, err := db.Query(ctx, claimSQL, p.Limit, p.OwnerID, p.LeaseDuration.Microseconds())
+	rows, err := db.Query(ctx, sql, p.Limit, p.OwnerID, p.LeaseDuration.Microseconds())
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("claim jobs: %w", err)
 	}

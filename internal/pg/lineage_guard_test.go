@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 )
@@ -18,27 +16,6 @@ import (
 const lineageInsertSQL = `INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
 	request_digest, request_payload, max_attempts, replay_source_job_record_id, replay_root_job_record_id, replay_generation_count)
 	VALUES (gen_random_uuid(), 'etl_records', decode($1, 'hex'), decode($2, 'hex'), sha256(convert_to('[]', 'UTF8')), '[]', 3, $3, $3, 1)`
-
-// waitForLockWait waits, with a deadline, until a session of this database
-// runs a statement starting with prefix and waits on a lock.
-func waitForLockWait(t *testing.T, pool *pgxpool.Pool, prefix string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var n int
-		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND left(query, length($1)) = $1`, prefix).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no session waits on a lock in %q", prefix)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // constraintOf returns the SQLSTATE and constraint name of a PostgreSQL
 // error, empty strings for any other error.
@@ -86,7 +63,7 @@ func TestReplayLineageGuardsReplaceTheForeignKeys(t *testing.T) {
 		_, err := pool.Exec(ctx, `DELETE FROM etl_job_records WHERE job_record_id = $1`, source)
 		deleted <- err
 	}()
-	waitForLockWait(t, pool, "DELETE FROM etl_job_records")
+	pgtest.WaitForLockWait(t, pool, "DELETE FROM etl_job_records")
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +88,7 @@ func TestReplayLineageGuardsReplaceTheForeignKeys(t *testing.T) {
 		_, err := pool.Exec(ctx, lineageInsertSQL, owner, pgtest.SHA("lineage-2"), doomed)
 		inserted <- err
 	}()
-	waitForLockWait(t, pool, "INSERT INTO etl_job_records")
+	pgtest.WaitForLockWait(t, pool, "INSERT INTO etl_job_records")
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
