@@ -9,10 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -215,4 +218,80 @@ func withDatabaseName(url, name string) (string, error) {
 		rest = rest[:slash]
 	}
 	return url[:i+3] + rest + "/" + name + query, nil
+}
+
+// source is the code a run measured: the commit and whether the tree held
+// changes outside it. Every JSON result records both (Report.MarshalJSON),
+// so a figure can always be traced to the code that produced it.
+type source struct {
+	Commit string `json:"commit"`
+	Dirty  bool   `json:"dirty"`
+}
+
+// unknownCommit is recorded when neither the build nor git names the
+// commit; such a result is also recorded as dirty, since nothing vouches
+// for the tree.
+const unknownCommit = "unknown"
+
+// measuredSource is this process's source, found once, when the first
+// result is written: the build's VCS stamp when the bench binary has one
+// (`go build ./bench` in a checkout), else git in the module root, whose
+// cmd/worker and cmd/intake the harness builds (`go run ./bench`, tests).
+var measuredSource = sync.OnceValue(func() source {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if s, ok := sourceFromBuildInfo(bi); ok {
+			return s
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if root, err := moduleRoot(ctx); err == nil {
+		if s, err := sourceFromGit(ctx, root); err == nil {
+			return s
+		}
+	}
+	return source{Commit: unknownCommit, Dirty: true}
+})
+
+// sourceFromBuildInfo reads the vcs.revision and vcs.modified settings the
+// go command stamps into a binary built in a checkout; ok is false unless
+// both are there.
+func sourceFromBuildInfo(bi *debug.BuildInfo) (s source, ok bool) {
+	var haveRev, haveMod bool
+	for _, kv := range bi.Settings {
+		switch kv.Key {
+		case "vcs.revision":
+			s.Commit, haveRev = kv.Value, kv.Value != ""
+		case "vcs.modified":
+			s.Dirty, haveMod = kv.Value == "true", true
+		}
+	}
+	return s, haveRev && haveMod
+}
+
+// sourceFromGit is HEAD of the git work tree at dir, dirty when `git status
+// --porcelain` lists anything (untracked files included, as the go
+// command's vcs.modified does).
+func sourceFromGit(ctx context.Context, dir string) (source, error) {
+	rev, err := exec.CommandContext(ctx, "git", "-C", dir, "rev-parse", "HEAD").Output()
+	if err != nil {
+		return source{}, fmt.Errorf("git rev-parse HEAD: %w", err)
+	}
+	status, err := exec.CommandContext(ctx, "git", "-C", dir, "status", "--porcelain").Output()
+	if err != nil {
+		return source{}, fmt.Errorf("git status: %w", err)
+	}
+	return source{Commit: strings.TrimSpace(string(rev)), Dirty: len(bytes.TrimSpace(status)) > 0}, nil
+}
+
+// MarshalJSON writes the report with the commit it measured and its dirty
+// flag ("commit", "dirty") ahead of its own fields.
+func (r Report) MarshalJSON() ([]byte, error) {
+	type plain Report // no methods: no recursion
+	s := measuredSource()
+	return json.Marshal(struct {
+		Commit string `json:"commit"`
+		Dirty  bool   `json:"dirty"`
+		plain
+	}{s.Commit, s.Dirty, plain(r)})
 }
