@@ -18,8 +18,10 @@
 -- land inside the index (at the end of the owner's range), where either
 -- order splits pages in half.
 --
--- The index is rebuilt under the table's SHARE lock (inserts wait for it;
--- reads go on); DROP INDEX takes an ACCESS EXCLUSIVE lock for a moment.
+-- goose runs this file in one transaction, so the ACCESS EXCLUSIVE lock
+-- that DROP INDEX takes on etl_job_records is held until the new index is
+-- built and the transaction commits: every read and write of the table
+-- waits for the whole rebuild. Plan it as downtime on a large table.
 
 -- +goose Up
 DROP INDEX etl_job_owner_pagination_index;

@@ -69,11 +69,8 @@ type Options struct {
 	// in flight goes at once, alone if need be; those arriving meanwhile
 	// leave together the moment it commits, so rows per commit grow with the
 	// load by themselves. A group commit costs about 0.3 ms of fixed work
-	// whatever its size, so more, smaller rounds in flight lose. The real
-	// cmd/intake at 32 clients over loopback with its relay announcing
-	// (docs/performance.md, 2026-11-30): in flight 1 without a window
-	// 11,375 and 11,776 accepted/s; 2 without a window 10,484 and 10,720;
-	// the former default, 4 with a 1 ms window, 8,366 and 8,710.
+	// whatever its size, so more, smaller rounds in flight lose
+	// (docs/performance.md, "Why these constants", has the measurements).
 	GroupCommitMaxInFlight int
 	// FlushTimeout bounds one group-commit transaction; zero means
 	// DefaultFlushTimeout.

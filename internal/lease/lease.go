@@ -83,10 +83,9 @@ const (
 // the index is range-scanned up to "now" and the claim reads O(batch) entries
 // whatever the table size. The candidates' job rows are then read by primary
 // key (= ANY of the candidate ids). Neither step joins two tables, so no
-// plan can trade the index walk for a hash join over a whole table: with a
-// join, stale statistics (a table that grew since its last ANALYZE) made the
-// planner hash-join a sequential scan of etl_job_records into every claim,
-// measured at 60 ms per claim on 60,000 rows.
+// plan can trade the index walk for a hash join over a whole table (with a
+// join, stale statistics can make the planner hash-join a sequential scan of
+// etl_job_records into every claim).
 //
 // The queue row is only a hint: each candidate is re-checked on its
 // etl_job_records row (PENDING and available, or RUNNING with an expired
@@ -107,20 +106,19 @@ const (
 // over a CTE and joins nothing, so each is one index scan with sorted array
 // keys, linear in the batch under any plan. (A join of a CTE with a table
 // lets the planner put a whole-array condition on the inner side of a nested
-// loop, which is quadratic; that was measured.) The pickup delay is computed
+// loop, which is quadratic in the batch.) The pickup delay is computed
 // at pick time and returned in rows of its own, in candidate order, matched
 // by job id in Go, which also returns the claims in that order.
 //
 // The updates of the picked job rows find them by the ctid their lock
-// returned (a TID scan) instead of a second primary-key descent per job:
-// measured, 1,000 claims of a 100,000-job table, alternating, 44 against 48
-// ms per statement. The lock returns the row's newest version; when another
-// transaction changed the row after this statement's snapshot and before
-// the lock, that version is invisible to the snapshot and the TID scan
-// passes it by: the job is not claimed this round, and neither its job row
-// nor its queue row is written (TestClaimSkipsARowChangedAfterItsSnapshot).
-// Under the lock nothing can move the row, so a ctid names exactly the row
-// that was picked.
+// returned (a TID scan) instead of a second primary-key descent per job
+// (docs/performance.md has what each costs). The lock returns the row's
+// newest version; when another transaction changed the row after this
+// statement's snapshot and before the lock, that version is invisible to
+// the snapshot and the TID scan passes it by: the job is not claimed this
+// round, and neither its job row nor its queue row is written
+// (TestClaimSkipsARowChangedAfterItsSnapshot). Under the lock nothing can
+// move the row, so a ctid names exactly the row that was picked.
 //
 // Writes: the job row's update changes no indexed column (HOT). The queue row
 // of a claimed job moves to "now + lease", evaluated after the job rows were

@@ -5,11 +5,18 @@
 // # Waking
 //
 // The relay wakes on LISTEN etl_outbox_events (through pgxlisten, on a
-// dedicated connection that reconnects by itself; a statement trigger
-// notifies at commit), on a fallback poll (default 1s), when its NATS
-// connection comes back, and on Wake (an intake wakes its own relay after its
-// group commits instead of notifying). Notifications are only hints; the
-// table is the truth.
+// dedicated connection that reconnects by itself), on a fallback poll
+// (default 1s), when its NATS connection comes back, and on Wake.
+// Notifications come two ways (migration 00013). Single-job rows
+// (cancellation, retry, failure, exhaustion, operator actions) are
+// announced by a row trigger (AFTER INSERT, only for rows without
+// job_record_ids) whose NOTIFY is delivered at commit. Group rows (an
+// insert statement's, a finish group's, a replay's) notify nothing inside
+// their transaction: their writers send the wake-up right after commit from
+// a transaction of their own (pg.OutboxNotifier), or, in a process that
+// runs its own relay, call Wake instead. An intake with NATS writes no
+// job_available row at all and publishes the wake-up itself
+// (AnnounceAvailable). Notifications are only hints; the table is the truth.
 //
 // # One batch
 //

@@ -15,8 +15,13 @@ const DefaultPruneBatch = 1000
 // (clock_timestamp(), so no process clock decides retention). A job that any
 // replay references as source or root is kept (NOT EXISTS, through the
 // lineage lookup indexes), so a chain is only ever shortened from its newest
-// end and never left with a dangling reference; the RESTRICT foreign keys
-// are the backstop. Lock: FOR UPDATE SKIP LOCKED skips a source that a
+// end and never left with a dangling reference. The backstop is the lineage
+// guard of migration 00017 (the foreign keys are gone): a statement trigger
+// after DELETE refuses, with 23503 named etl_job_replay_source_fk or
+// etl_job_replay_root_fk, a delete that leaves a surviving replay pointing
+// at a deleted job, and a replay's insert locks its source and root FOR KEY
+// SHARE, so a concurrent delete of either waits for it and then sees the
+// reference. Lock: FOR UPDATE SKIP LOCKED skips a source that a
 // replay transaction holds, so pruning never waits on (or for) a replay, and
 // two pruners never contend for one row.
 const pruneTerminalJobsSQL = `
@@ -49,7 +54,8 @@ DELETE FROM etl_idempotency_records r USING doomed d
 WHERE r.principal_scope_hash = d.principal_scope_hash AND r.idempotency_key_hash = d.idempotency_key_hash`
 
 // maxPruneRaceRetries bounds the retries of a batch that lost a race with a
-// replay (the RESTRICT backstop fired): each retry reads a fresh snapshot.
+// replay (the 00017 lineage guard refused it): each retry reads a fresh
+// snapshot.
 const maxPruneRaceRetries = 3
 
 // PruneTerminalJobs deletes SUCCEEDED, FAILED and CANCELLED jobs whose last
@@ -116,7 +122,7 @@ func prune(ctx context.Context, db DBTX, what, sql string, olderThan time.Durati
 		tag, err := db.Exec(ctx, sql, olderThan.Microseconds(), limit)
 		if isForeignKeyViolation(err) && races < maxPruneRaceRetries {
 			// A replay referenced a candidate after this statement's
-			// snapshot; the RESTRICT key refused the whole batch.
+			// snapshot; the lineage guard (00017) refused the whole batch.
 			races++
 			continue
 		}
