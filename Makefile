@@ -17,11 +17,13 @@ test: fmtcheck vet staticcheck rules openapi-lint unit ## the README's test comm
 fmtcheck: ## fail when a Go file is not gofmt-clean
 	@files=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$files" ]; then echo "gofmt needed:"; echo "$$files"; exit 1; fi
 
-vet: ## go vet
+vet: ## go vet, in the service module and in the client module (client/)
 	$(GO) vet ./...
+	cd client && $(GO) vet ./...
 
-staticcheck: ## staticcheck
+staticcheck: ## staticcheck, in both modules
 	$(STATICCHECK) ./...
+	cd client && $(STATICCHECK) ./...
 
 rules: ## promtool check and unit-test the Prometheus alert rules (required under CI=true)
 	@if ! command -v $(PROMTOOL) >/dev/null 2>&1; then \
@@ -35,8 +37,9 @@ rules: ## promtool check and unit-test the Prometheus alert rules (required unde
 openapi-lint: ## lint docs/openapi.yaml with Redocly CLI's recommended rules (pinned in tools/openapi-lint; needs node/npm)
 	tools/openapi-lint/lint.sh docs/openapi.yaml
 
-unit: ## go test -race over every package
+unit: ## go test -race over every package of both modules
 	$(GO) test -race -count=1 -timeout 30m ./...
+	cd client && $(GO) test -race -count=1 -timeout 10m ./...
 
 console-screenshots: ## refresh docs/console/*.png from the console browser test (needs chromium and PostgreSQL)
 	MIGHTYETL_CONSOLE_SCREENSHOTS=1 $(GO) test -count=1 -run TestConsoleInBrowser ./internal/console/

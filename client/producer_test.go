@@ -1,146 +1,225 @@
 package client_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mightyetl/mightyetl/client"
-	"github.com/mightyetl/mightyetl/internal/events"
-	"github.com/mightyetl/mightyetl/internal/testwait"
 )
 
-func (s *stack) producer(principal string) *client.Producer {
-	s.t.Helper()
-	nc, err := nats.Connect(s.natsURL, client.InboxOption(principal))
-	if err != nil {
-		s.t.Fatal(err)
+// The end-to-end tests of the Producer against the real intake live in the
+// service's module (internal/clientcontract); these pin the Producer's wire
+// conventions against a bare JetStream stream, with the nats.go version this
+// module requires.
+
+// natsConn connects to TEST_NATS_URL, else the local default; it fails the
+// test when neither answers.
+func natsConn(t *testing.T, principal string) *nats.Conn {
+	t.Helper()
+	url := os.Getenv("TEST_NATS_URL")
+	if url == "" {
+		url = nats.DefaultURL
 	}
-	s.t.Cleanup(nc.Close)
-	p, err := client.NewProducer(nc, principal, client.ProducerOptions{Prefix: s.prefix, MaxPayloadBytes: 65536})
+	nc, err := nats.Connect(url, client.InboxOption(principal), nats.Timeout(5*time.Second))
 	if err != nil {
-		s.t.Fatal(err)
+		t.Fatalf("NATS at %s: %v (set TEST_NATS_URL or start nats-server -js)", url, err)
 	}
-	return p
+	t.Cleanup(nc.Close)
+	return nc
 }
 
-// TestProducerConventionsMatchTheIntake pins the package's copies of the
-// request conventions to the intake's own.
-func TestProducerConventionsMatchTheIntake(t *testing.T) {
-	if client.ReplyToHeader != events.ReplyToHeader || client.ErrorCodeHeader != events.ErrorCodeHeader ||
-		client.MsgID("p", "k") != events.RequestMsgID("p", "k") || client.InboxPrefix("p") != events.ReplyInboxPrefix("p") {
-		t.Fatal("client NATS conventions differ from internal/events")
+// requestStream creates a memory stream for prefix's requests that
+// deduplicates for a minute, so a repeated message id is reported as a
+// duplicate whenever the test publishes it.
+func requestStream(t *testing.T, nc *nats.Conn, prefix string) jetstream.Stream {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, c := range []string{events.CodePrincipalRequired, events.CodeReplySubjectForbidden, events.CodeMsgIDNotQualified, events.CodeDeliveriesExhausted} {
-		if !declaredCodes(t)[c] {
-			t.Errorf("NATS code %s has no client constant", c)
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: prefix + "_requests", Subjects: []string{prefix + ".requests.>"},
+		Storage: jetstream.MemoryStorage, Duplicates: time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), prefix+"_requests") })
+	return s
 }
 
-// TestProducerPublishesAndGetsTheJob: a request published through the real
-// intake's request consumer becomes a job the HTTP client of the same
-// principal sees and the worker runs; publishing it again (same key, same
-// bytes) answers the same job, replayed, and the database holds one job,
-// including when the second copy is deduplicated by JetStream.
-func TestProducerPublishesAndGetsTheJob(t *testing.T) {
-	s := newStack(t, true)
-	p := s.producer(testUser)
-	ctx := ctxT(t, 2*time.Minute)
-	if p.Subject() != s.prefix+".requests."+testUser {
+func testPrefix() string { return fmt.Sprintf("clienttest%d", time.Now().UnixNano()) }
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestProducerPublishesWithTheConventions: Publish stores the bytes on
+// "<prefix>.requests.<principal>" with the Nats-Msg-Id "<principal>:<key>"
+// and no reply header; the same key again is JetStream's duplicate; an
+// oversized request is refused before publishing.
+func TestProducerPublishesWithTheConventions(t *testing.T) {
+	nc := natsConn(t, "alice")
+	prefix := testPrefix()
+	stream := requestStream(t, nc, prefix)
+	ctx := testCtx(t)
+	p, err := client.NewProducer(nc, "alice", client.ProducerOptions{Prefix: prefix, MaxPayloadBytes: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Subject() != prefix+".requests.alice" {
 		t.Fatalf("subject %q", p.Subject())
 	}
-	sub, err := p.PublishAndWait(ctx, []byte(sample), "")
+	body := []byte(`[{"id":"a1"}]`)
+	pub, err := p.Publish(ctx, body, "")
+	if err != nil || pub.Duplicate || pub.Sequence != 1 || len(pub.Key) < 16 {
+		t.Fatalf("publish %+v, %v", pub, err)
+	}
+	m, err := stream.GetMsg(ctx, pub.Sequence)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sub.Replayed || sub.JobID == "" || !strings.HasPrefix(sub.Key, "mightyetl-") || sub.StatusURL != "/api/etl/jobs/"+sub.JobID {
-		t.Fatalf("answer %+v", sub)
+	if m.Subject != p.Subject() || string(m.Data) != string(body) ||
+		m.Header.Get(jetstream.MsgIDHeader) != client.MsgID("alice", pub.Key) || client.MsgID("alice", pub.Key) != "alice:"+pub.Key ||
+		m.Header.Get(client.ReplyToHeader) != "" {
+		t.Fatalf("stored %s %q %v", m.Subject, m.Data, m.Header)
 	}
-	j, err := s.client().Wait(ctx, sub.JobID)
-	if err != nil || j.Status != client.StatusSucceeded {
-		t.Fatalf("job %+v, %v", j, err)
+	again, err := p.Publish(ctx, body, pub.Key)
+	if err != nil || !again.Duplicate || again.Key != pub.Key {
+		t.Fatalf("republish %+v, %v", again, err)
 	}
-	// The same request again, twice at once: Publish, then PublishAndWait
-	// with the same id (deduplicated by JetStream if it comes inside the
-	// window, then published again): one job, the answer replayed.
-	pub, err := p.Publish(ctx, []byte(sample), sub.Key)
-	if err != nil || pub.Key != sub.Key || pub.Sequence == 0 {
-		t.Fatalf("publish %+v, %v", pub, err)
-	}
-	again, err := p.PublishAndWait(ctx, []byte(sample), sub.Key)
-	if err != nil || again.JobID != sub.JobID || !again.Replayed {
-		t.Fatalf("republished %+v, %v", again, err)
-	}
-	if n := s.countJobs(); n != 1 {
-		t.Fatalf("%d jobs, want 1", n)
-	}
-	// Other bytes with the same key: a typed problem.
-	_, err = p.PublishAndWait(ctx, []byte(`[{"id":"other"}]`), sub.Key)
+	_, err = p.Publish(ctx, []byte(`[{"id":"a","pad":"`+strings.Repeat("x", 1024)+`"}]`), "")
 	var pe *client.Error
-	if !errors.As(err, &pe) || pe.Code != client.CodeSubmissionKeyReused {
-		t.Fatalf("key reused: %v", err)
+	if !errors.As(err, &pe) || pe.Code != client.CodePayloadTooLarge || pe.Status != 0 {
+		t.Fatalf("oversized: %v", err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil || info.State.Msgs != 1 {
+		t.Fatalf("stream holds %+v, %v; want the one request", info, err)
+	}
+	for _, bad := range []string{"", "a.b", "a*", "a>", "a b"} {
+		if _, err := client.NewProducer(nc, bad, client.ProducerOptions{}); err == nil {
+			t.Errorf("principal %q accepted", bad)
+		}
 	}
 }
 
-// TestProducerPoisonRequestsAreTypedProblems: invalid requests are
-// terminated by the intake and come back as *Error answers and as
-// rejections; an oversized one is refused before publishing.
-func TestProducerPoisonRequestsAreTypedProblems(t *testing.T) {
-	s := newStack(t, false)
-	p := s.producer("bob")
-	ctx := ctxT(t, time.Minute)
+// TestProducerPublishAndWaitReadsTheAnswer: PublishAndWait names an inbox
+// under "_INBOX.<principal>." in the reply header and returns the answer
+// sent there, a Submission or a problem (*Error with Status zero); a request
+// JetStream keeps deduplicating is given up after DuplicateRetries.
+func TestProducerPublishAndWaitReadsTheAnswer(t *testing.T) {
+	nc := natsConn(t, "bob")
+	prefix := testPrefix()
+	requestStream(t, nc, prefix)
+	ctx := testCtx(t)
+	// A stand-in intake: answers every request on its reply inbox.
+	intake := natsConn(t, "intake")
 	var mu sync.Mutex
-	var rejected []client.ErrorCode
-	rs, err := p.Rejections(func(e *client.Error) {
+	var inboxes []string
+	sub, err := intake.Subscribe(prefix+".requests.bob", func(m *nats.Msg) {
+		to := m.Header.Get(client.ReplyToHeader)
 		mu.Lock()
-		defer mu.Unlock()
-		rejected = append(rejected, e.Code)
+		inboxes = append(inboxes, to)
+		mu.Unlock()
+		answer := nats.NewMsg(to)
+		if string(m.Data) == "bad" {
+			answer.Header.Set(client.ErrorCodeHeader, string(client.CodeInvalidJSON))
+			answer.Data = []byte(`{"title":"Invalid JSON","detail":"not an array"}`)
+		} else {
+			key := strings.TrimPrefix(m.Header.Get(jetstream.MsgIDHeader), "bob:")
+			answer.Data = fmt.Appendf(nil, `{"jobRecordId":"job-1","jobStatus":"PENDING","statusUrl":"/api/etl/jobs/job-1","idempotencyKey":%q}`, key)
+		}
+		_ = intake.PublishMsg(answer)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = rs.Unsubscribe() }()
-	cases := []struct {
-		body, key string
-		code      client.ErrorCode
-	}{
-		{`{"id":"a"}`, "", client.CodeInvalidJSON},
-		{`not json`, "", client.CodeInvalidJSON},
-		{`[{"name":"no id"}]`, "", client.CodeInvalidRecord},
-		{sample, "short", client.CodeInvalidIdempotencyKey},
-		{"[" + strings.Repeat(`{"id":"x"},`, 50) + `{"id":"y"}]`, "", client.CodeBatchTooLarge},
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := intake.Flush(); err != nil {
+		t.Fatal(err)
 	}
-	for _, c := range cases {
-		_, err := p.PublishAndWait(ctx, []byte(c.body), c.key)
-		var pe *client.Error
-		if !errors.As(err, &pe) || pe.Code != c.code || pe.Status != 0 {
-			t.Fatalf("%q: %v, want %s", c.body, err, c.code)
-		}
+	p, err := client.NewProducer(nc, "bob", client.ProducerOptions{Prefix: prefix, DuplicateRetries: 2})
+	if err != nil {
+		t.Fatal(err)
 	}
-	testwait.For(t, 30*time.Second, "five rejections", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(rejected) == len(cases)
-	})
-	for i, c := range cases {
-		if rejected[i] != c.code {
-			t.Fatalf("rejection %d: %s, want %s", i, rejected[i], c.code)
-		}
+	s, err := p.PublishAndWait(ctx, []byte(`[{"id":"b1"}]`), "key-0000000000000001")
+	if err != nil || s.JobID != "job-1" || s.Status != client.StatusPending || s.Key != "key-0000000000000001" || s.Replayed {
+		t.Fatalf("answer %+v, %v", s, err)
 	}
-	_, err = p.Publish(ctx, []byte(`[{"id":"a","pad":"`+strings.Repeat("x", 70_000)+`"}]`), "")
+	_, err = p.PublishAndWait(ctx, []byte("bad"), "")
 	var pe *client.Error
-	if !errors.As(err, &pe) || pe.Code != client.CodePayloadTooLarge {
-		t.Fatalf("oversized: %v", err)
+	if !errors.As(err, &pe) || pe.Code != client.CodeInvalidJSON || pe.Status != 0 || pe.Detail != "not an array" {
+		t.Fatalf("problem answer: %v", err)
 	}
-	if n := s.countJobs(); n != 0 {
-		t.Fatalf("%d jobs from poison requests", n)
+	mu.Lock()
+	for _, to := range inboxes {
+		if !strings.HasPrefix(to, client.InboxPrefix("bob")+".") || to == client.InboxPrefix("bob")+"." {
+			t.Errorf("reply inbox %q not under %s", to, client.InboxPrefix("bob"))
+		}
 	}
-	if _, err := client.NewProducer(nil, "a.b", client.ProducerOptions{}); err == nil {
-		t.Fatal("a principal with a dot was accepted")
+	if len(inboxes) != 2 || inboxes[0] == inboxes[1] {
+		t.Errorf("inboxes %q, want two distinct", inboxes)
+	}
+	mu.Unlock()
+	// The stream deduplicates this key for a minute: the request is
+	// published 1+DuplicateRetries times, then given up.
+	_, err = p.PublishAndWait(ctx, []byte(`[{"id":"b1"}]`), "key-0000000000000001")
+	if err == nil || !strings.Contains(err.Error(), "deduplicated 3 times") {
+		t.Fatalf("deduplicated request: %v", err)
+	}
+}
+
+// TestProducerRejectionsAreTypedCodes: every advisory on
+// "<prefix>.rejections" that carries an errorCode reaches the handler as an
+// *Error with that code; other messages are ignored.
+func TestProducerRejectionsAreTypedCodes(t *testing.T) {
+	nc := natsConn(t, "carol")
+	prefix := testPrefix()
+	p, err := client.NewProducer(nc, "carol", client.ProducerOptions{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *client.Error, 4)
+	rs, err := p.Rejections(func(e *client.Error) { got <- e })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rs.Unsubscribe() })
+	for _, body := range []string{`{"errorCode":"etl_invalid_record"}`, `not json`, `{}`, `{"errorCode":"etl_invalid_json"}`} {
+		if err := nc.Publish(prefix+".rejections", []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []client.ErrorCode{client.CodeInvalidRecord, client.CodeInvalidJSON} {
+		select {
+		case e := <-got:
+			if e.Code != want || e.Status != 0 {
+				t.Fatalf("rejection %+v, want %s", e, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no rejection %s within 10s", want)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-got:
+		t.Fatalf("unexpected rejection %+v", e)
+	default:
 	}
 }

@@ -1,4 +1,4 @@
-package client_test
+package clientcontract_test
 
 import (
 	"go/ast"
@@ -33,7 +33,7 @@ var operationMethods = map[string]string{
 func declaredCodes(t *testing.T) map[string]bool {
 	t.Helper()
 	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, "error.go", nil, 0)
+	f, err := parser.ParseFile(fset, "../../client/error.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func declaredCodes(t *testing.T) map[string]bool {
 // method (and no mapping names an operation that is gone), and every
 // errorCode of the Problem schema is a declared ErrorCode constant.
 func TestClientCoversTheContract(t *testing.T) {
-	doc, err := openapi3.NewLoader().LoadFromFile("../docs/openapi.yaml")
+	doc, err := openapi3.NewLoader().LoadFromFile("../../docs/openapi.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package client_test
+package clientcontract_test
 
 import (
 	"context"

@@ -1,0 +1,147 @@
+package clientcontract_test
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/mightyetl/mightyetl/client"
+	"github.com/mightyetl/mightyetl/internal/codes"
+	"github.com/mightyetl/mightyetl/internal/events"
+	"github.com/mightyetl/mightyetl/internal/testwait"
+)
+
+func (s *stack) producer(principal string) *client.Producer {
+	s.t.Helper()
+	nc, err := nats.Connect(s.natsURL, client.InboxOption(principal))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(nc.Close)
+	p, err := client.NewProducer(nc, principal, client.ProducerOptions{Prefix: s.prefix, MaxPayloadBytes: 65536})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return p
+}
+
+// TestProducerConventionsMatchTheIntake pins the package's copies of the
+// request conventions to the intake's own.
+func TestProducerConventionsMatchTheIntake(t *testing.T) {
+	if client.ReplyToHeader != events.ReplyToHeader || client.ErrorCodeHeader != events.ErrorCodeHeader ||
+		client.MsgID("p", "k") != events.RequestMsgID("p", "k") || client.InboxPrefix("p") != events.ReplyInboxPrefix("p") {
+		t.Fatal("client NATS conventions differ from internal/events")
+	}
+	for _, c := range codes.Rejections {
+		if !declaredCodes(t)[c] {
+			t.Errorf("NATS code %s has no client constant", c)
+		}
+	}
+}
+
+// TestProducerPublishesAndGetsTheJob: a request published through the real
+// intake's request consumer becomes a job the HTTP client of the same
+// principal sees and the worker runs; publishing it again (same key, same
+// bytes) answers the same job, replayed, and the database holds one job,
+// including when the second copy is deduplicated by JetStream.
+func TestProducerPublishesAndGetsTheJob(t *testing.T) {
+	s := newStack(t, true)
+	p := s.producer(testUser)
+	ctx := ctxT(t, 2*time.Minute)
+	if p.Subject() != s.prefix+".requests."+testUser {
+		t.Fatalf("subject %q", p.Subject())
+	}
+	sub, err := p.PublishAndWait(ctx, []byte(sample), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sub.Replayed || sub.JobID == "" || !strings.HasPrefix(sub.Key, "mightyetl-") || sub.StatusURL != "/api/etl/jobs/"+sub.JobID {
+		t.Fatalf("answer %+v", sub)
+	}
+	j, err := s.client().Wait(ctx, sub.JobID)
+	if err != nil || j.Status != client.StatusSucceeded {
+		t.Fatalf("job %+v, %v", j, err)
+	}
+	// The same request again, twice at once: Publish, then PublishAndWait
+	// with the same id (deduplicated by JetStream if it comes inside the
+	// window, then published again): one job, the answer replayed.
+	pub, err := p.Publish(ctx, []byte(sample), sub.Key)
+	if err != nil || pub.Key != sub.Key || pub.Sequence == 0 {
+		t.Fatalf("publish %+v, %v", pub, err)
+	}
+	again, err := p.PublishAndWait(ctx, []byte(sample), sub.Key)
+	if err != nil || again.JobID != sub.JobID || !again.Replayed {
+		t.Fatalf("republished %+v, %v", again, err)
+	}
+	if n := s.countJobs(); n != 1 {
+		t.Fatalf("%d jobs, want 1", n)
+	}
+	// Other bytes with the same key: a typed problem.
+	_, err = p.PublishAndWait(ctx, []byte(`[{"id":"other"}]`), sub.Key)
+	var pe *client.Error
+	if !errors.As(err, &pe) || pe.Code != client.CodeSubmissionKeyReused {
+		t.Fatalf("key reused: %v", err)
+	}
+}
+
+// TestProducerPoisonRequestsAreTypedProblems: invalid requests are
+// terminated by the intake and come back as *Error answers and as
+// rejections; an oversized one is refused before publishing.
+func TestProducerPoisonRequestsAreTypedProblems(t *testing.T) {
+	s := newStack(t, false)
+	p := s.producer("bob")
+	ctx := ctxT(t, time.Minute)
+	var mu sync.Mutex
+	var rejected []client.ErrorCode
+	rs, err := p.Rejections(func(e *client.Error) {
+		mu.Lock()
+		defer mu.Unlock()
+		rejected = append(rejected, e.Code)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rs.Unsubscribe() }()
+	cases := []struct {
+		body, key string
+		code      client.ErrorCode
+	}{
+		{`{"id":"a"}`, "", client.CodeInvalidJSON},
+		{`not json`, "", client.CodeInvalidJSON},
+		{`[{"name":"no id"}]`, "", client.CodeInvalidRecord},
+		{sample, "short", client.CodeInvalidIdempotencyKey},
+		{"[" + strings.Repeat(`{"id":"x"},`, 50) + `{"id":"y"}]`, "", client.CodeBatchTooLarge},
+	}
+	for _, c := range cases {
+		_, err := p.PublishAndWait(ctx, []byte(c.body), c.key)
+		var pe *client.Error
+		if !errors.As(err, &pe) || pe.Code != c.code || pe.Status != 0 {
+			t.Fatalf("%q: %v, want %s", c.body, err, c.code)
+		}
+	}
+	testwait.For(t, 30*time.Second, "five rejections", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(rejected) == len(cases)
+	})
+	for i, c := range cases {
+		if rejected[i] != c.code {
+			t.Fatalf("rejection %d: %s, want %s", i, rejected[i], c.code)
+		}
+	}
+	_, err = p.Publish(ctx, []byte(`[{"id":"a","pad":"`+strings.Repeat("x", 70_000)+`"}]`), "")
+	var pe *client.Error
+	if !errors.As(err, &pe) || pe.Code != client.CodePayloadTooLarge {
+		t.Fatalf("oversized: %v", err)
+	}
+	if n := s.countJobs(); n != 0 {
+		t.Fatalf("%d jobs from poison requests", n)
+	}
+	if _, err := client.NewProducer(nil, "a.b", client.ProducerOptions{}); err == nil {
+		t.Fatal("a principal with a dot was accepted")
+	}
+}
