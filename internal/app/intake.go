@@ -185,15 +185,31 @@ func NewIntake(cfg config.Intake, pools IntakePools, o IntakeOptions) (*Intake, 
 	return &Intake{Service: svc, Server: srv, Bridge: bridge}, nil
 }
 
+// sampler is the console's rate sampler, or a part that does nothing when
+// the console is disabled.
+func (in *Intake) sampler() startstop.Service {
+	if c := in.Server.Console(); c != nil {
+		return c.Sampler()
+	}
+	return noPart{}
+}
+
+// noPart is a startstop.Service with nothing to run.
+type noPart struct{}
+
+func (noPart) Start(context.Context) error { return nil }
+func (noPart) Stop(context.Context) error  { return nil }
+
 // processConcurrency is how many POST /api/etl/process transactions run at
 // once on a request pool of conns connections: half of them, at least one,
 // so status, list and cancel always find a connection.
 func processConcurrency(conns int32) int { return max(1, int(conns)/2) }
 
-// Start starts the NATS bridge, then the HTTP server (so the first request
-// served finds the relay running), and returns once the server listens.
-// The bridge runs until Stop or until ctx ends; ctx bounds only the
-// server's start-up. An error (the bridge's or the listener's, unwrapped)
+// Start starts the NATS bridge, then the console's rate sampler (when the
+// console is enabled), then the HTTP server (so the first request served
+// finds the relay running), and returns once the server listens. The bridge
+// runs until Stop or until ctx ends; ctx bounds only the server's start-up.
+// An error (the bridge's, the sampler's or the listener's, unwrapped)
 // leaves nothing running; a second Start returns
 // startstop.ErrAlreadyStarted, a Start after Stop startstop.ErrStopped.
 func (in *Intake) Start(ctx context.Context) error {
@@ -205,9 +221,17 @@ func (in *Intake) Start(ctx context.Context) error {
 			_ = in.Service.Stop(context.WithoutCancel(ctx)) // nothing submitted yet
 			return nil, err
 		}
+		if err := in.sampler().Start(ctx); err != nil {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), BridgeStopTimeout)
+			defer cancel()
+			_ = in.Bridge.Stop(stopCtx)
+			_ = in.Service.Stop(stopCtx)
+			return nil, err
+		}
 		if err := in.Server.Start(ctx); err != nil {
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), BridgeStopTimeout)
 			defer cancel()
+			_ = in.sampler().Stop(stopCtx)
 			_ = in.Bridge.Stop(stopCtx)
 			_ = in.Service.Stop(stopCtx)
 			return nil, err
@@ -216,8 +240,9 @@ func (in *Intake) Start(ctx context.Context) error {
 	})
 }
 
-// stop drains the HTTP server until ctx ends, then stops the bridge within
-// BridgeStopTimeout of its own, then the intake's group commit. It returns the server's error (ctx's when
+// stop drains the HTTP server until ctx ends, then stops the console's rate
+// sampler and the bridge within BridgeStopTimeout of their own, then the
+// intake's group commit. It returns the server's error (ctx's when
 // the drain was cut short): the bridge's stop is best effort (what it did
 // not publish stays in the outbox).
 func (in *Intake) stop(ctx context.Context) error {
@@ -229,6 +254,7 @@ func (in *Intake) stop(ctx context.Context) error {
 	}
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), BridgeStopTimeout)
 	defer cancel()
+	_ = in.sampler().Stop(bctx) // cancels its read in flight: quick
 	_ = in.Bridge.Stop(bctx)
 	// Last, the group commit: what the server and the bridge handed it has
 	// its outcome before the caller closes the pools (each flush is bounded

@@ -59,6 +59,8 @@ func TestIntakeStartStop(t *testing.T) {
 	t.Parallel()
 	_, url := pgtest.NewDatabase(t)
 	cfg := testIntakeConfig(url)
+	cfg.ConsoleEnabled = true
+	cfg.PrincipalHashKey = "0123456789abcdef0123456789abcdef-test"
 	in, err := NewIntake(cfg, openTestPools(t, cfg), IntakeOptions{})
 	if err != nil || in.Service == nil {
 		t.Fatal(err)
@@ -69,6 +71,10 @@ func TestIntakeStartStop(t *testing.T) {
 	}
 	if in.Bridge.Enabled() {
 		t.Error("bridge enabled without NATS_URL")
+	}
+	sampler := in.Server.Console().Sampler()
+	if err := sampler.Start(ctx); !errors.Is(err, startstop.ErrAlreadyStarted) {
+		t.Errorf("the console's sampler: Start = %v, want ErrAlreadyStarted (the intake started it)", err)
 	}
 	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/api/etl/jobs": 401} {
 		if got := get(t, "http://"+in.Server.Addr()+path); got != want {
@@ -83,6 +89,9 @@ func TestIntakeStartStop(t *testing.T) {
 	}
 	if err := in.Stop(stopCtx); err != nil {
 		t.Fatalf("second stop: %v", err)
+	}
+	if err := sampler.Start(ctx); !errors.Is(err, startstop.ErrStopped) {
+		t.Errorf("the console's sampler after Stop: Start = %v, want ErrStopped (the intake stopped it)", err)
 	}
 }
 
@@ -104,12 +113,15 @@ func TestIntakeStress(t *testing.T) {
 }
 
 // TestIntakeStartFailureLeavesNothingRunning: a listener that cannot bind
-// stops the bridge that already started, and the intake is stopped.
+// stops the bridge and the console's sampler that already started, and the
+// intake is stopped.
 func TestIntakeStartFailureLeavesNothingRunning(t *testing.T) {
 	t.Parallel()
 	_, url := pgtest.NewDatabase(t)
 	cfg := testIntakeConfig(url)
 	cfg.NATS = config.NATS{URL: natstest.URL(t), SubjectPrefix: natstest.Prefix(t), OutboxPollInterval: time.Second, OutboxBatchSize: 100}
+	cfg.ConsoleEnabled = true
+	cfg.PrincipalHashKey = "0123456789abcdef0123456789abcdef-test"
 	pools := openTestPools(t, cfg)
 	first, err := NewIntake(cfg, pools, IntakeOptions{})
 	if err != nil {
@@ -129,6 +141,9 @@ func TestIntakeStartFailureLeavesNothingRunning(t *testing.T) {
 	}
 	if got := second.Bridge.Start(t.Context()); !errors.Is(got, startstop.ErrStopped) {
 		t.Fatalf("the failed intake's bridge: Start = %v, want ErrStopped (stopped)", got)
+	}
+	if got := second.Server.Console().Sampler().Start(t.Context()); !errors.Is(got, startstop.ErrStopped) {
+		t.Fatalf("the failed intake's console sampler: Start = %v, want ErrStopped (stopped)", got)
 	}
 	if err := second.Stop(t.Context()); err != nil {
 		t.Fatalf("Stop after a failed Start: %v", err)

@@ -68,7 +68,7 @@ type Options struct {
 // Console serves the operator pages. Safe for concurrent use.
 type Console struct {
 	opts       Options
-	sampler    *sampler
+	sampler    *Sampler
 	relayState atomic.Pointer[func() string]
 }
 
@@ -103,7 +103,7 @@ func New(opts Options) (*Console, error) {
 		return nil, errors.New("console: no database")
 	}
 	opts = opts.WithDefaults()
-	c := &Console{opts: opts, sampler: &sampler{every: opts.SampleEvery}}
+	c := &Console{opts: opts, sampler: newSampler(opts.DB, opts.SampleEvery, opts.Logger)}
 	c.SetRelayState(opts.RelayState)
 	return c, nil
 }

@@ -101,7 +101,7 @@ func (c *Console) Overview(ctx context.Context) (Overview, error) {
 	if b.OldestLifecycleAt != nil {
 		o.OutboxOldestAge = max(0, now.Sub(*b.OldestLifecycleAt).Seconds())
 	}
-	if err := c.Sample(ctx); err != nil {
+	if err := c.sampler.runOnce(ctx); err != nil {
 		return Overview{}, err
 	}
 	o.Rates = c.sampler.rates(now)

@@ -2,41 +2,98 @@ package console
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/startstop"
 )
 
-// Sample records a rate sample when the last one is older than SampleEvery
-// (the overview calls it; Run calls it on a ticker).
-func (c *Console) Sample(ctx context.Context) error {
-	if !c.sampler.due(time.Now()) {
-		return nil
-	}
-	cnt, err := pg.ReadOpsCounters(ctx, c.opts.DB)
-	if err != nil {
-		return err
-	}
-	c.sampler.add(time.Now(), cnt)
-	return nil
+// Sampler is the console's rate sampler, a long-running part of the intake
+// process (internal/startstop): it reads the claim and finish counters
+// every SampleEvery so the overview's rate chart has history before anyone
+// opens it, and keeps the samples of the last 15 minutes. The overview also
+// samples on demand when the last sample is older than SampleEvery, so a
+// console whose sampler never started still charts from its first view.
+//
+// Start launches the loop (it takes its first sample at once) and returns;
+// Stop cancels a read in flight and waits for the loop; both follow
+// startstop (Stop is safe twice and before Start, a part runs once). A failed
+// read is logged (its error class only) and retried at the next tick. Safe
+// for concurrent use.
+type Sampler struct {
+	db    DB
+	every time.Duration
+	log   *slog.Logger
+	base  startstop.Base
+
+	mu sync.Mutex
+	s  []sample
 }
 
-// Run samples the rates every SampleEvery until ctx ends, so the chart has
-// history before anyone opens the overview. Errors are skipped (the next
-// tick retries).
-func (c *Console) Run(ctx context.Context) {
-	t := time.NewTicker(c.opts.SampleEvery)
+func newSampler(db DB, every time.Duration, log *slog.Logger) *Sampler {
+	return &Sampler{db: db, every: every, log: log}
+}
+
+// Sampler is the console's rate sampler. The process that serves the
+// console starts and stops it (internal/app does so with the intake).
+func (c *Console) Sampler() *Sampler { return c.sampler }
+
+// Start launches the sampling loop on a goroutine of its own and returns at
+// once: there is nothing to check before the first read. ctx is not kept:
+// the loop runs until Stop. A second Start returns startstop.ErrAlreadyStarted,
+// a Start after Stop startstop.ErrStopped.
+func (s *Sampler) Start(ctx context.Context) error {
+	return s.base.Start(ctx, func(ctx context.Context) (startstop.StopFunc, error) {
+		runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.loop(runCtx)
+		}()
+		return func(context.Context) error {
+			cancel() // ends a read in flight as well as the wait for the next tick
+			<-done
+			return nil
+		}, nil
+	})
+}
+
+// Stop stops the loop and waits for it, or returns ctx.Err() when ctx ends
+// first (startstop semantics).
+func (s *Sampler) Stop(ctx context.Context) error { return s.base.Stop(ctx) }
+
+// loop samples at once, then every s.every, until ctx ends.
+func (s *Sampler) loop(ctx context.Context) {
+	t := time.NewTicker(s.every)
 	defer t.Stop()
-	_ = c.Sample(ctx)
 	for {
+		if err := s.runOnce(ctx); err != nil && ctx.Err() == nil {
+			s.log.LogAttrs(ctx, slog.LevelWarn, "console rate sample failed", slog.String("error_class", pg.ErrorClass(err)))
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			_ = c.Sample(ctx)
 		}
 	}
+}
+
+// runOnce records a sample of the database's claim and finish counters
+// when the last sample is older than SampleEvery (or there is none), and
+// does nothing otherwise. The overview calls it too, so two calls in the
+// same interval read the counters once.
+func (s *Sampler) runOnce(ctx context.Context) error {
+	if !s.due(time.Now()) {
+		return nil
+	}
+	cnt, err := pg.ReadOpsCounters(ctx, s.db)
+	if err != nil {
+		return err
+	}
+	s.add(time.Now(), cnt)
+	return nil
 }
 
 // RatePoint is claims and finishes per minute between two samples.
@@ -47,13 +104,6 @@ type RatePoint struct {
 	intervalSeconds float64
 }
 
-// sampler keeps the counters' samples of the last 15 minutes.
-type sampler struct {
-	every time.Duration
-	mu    sync.Mutex
-	s     []sample
-}
-
 type sample struct {
 	at       time.Time // host clock: only differences are used
 	counters pg.OpsCounters
@@ -61,13 +111,13 @@ type sample struct {
 
 const rateWindow = 15 * time.Minute
 
-func (s *sampler) due(now time.Time) bool {
+func (s *Sampler) due(now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.s) == 0 || now.Sub(s.s[len(s.s)-1].at) >= s.every
 }
 
-func (s *sampler) add(now time.Time, c pg.OpsCounters) {
+func (s *Sampler) add(now time.Time, c pg.OpsCounters) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.s = append(s.s, sample{at: now, counters: c})
@@ -80,7 +130,7 @@ func (s *sampler) add(now time.Time, c pg.OpsCounters) {
 
 // rates turns consecutive samples into per-minute rates, stamped on the
 // database clock (dbNow minus the sample's age on the host clock).
-func (s *sampler) rates(dbNow time.Time) []RatePoint {
+func (s *Sampler) rates(dbNow time.Time) []RatePoint {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []RatePoint

@@ -254,15 +254,6 @@ func (s *Server) start(ctx context.Context) (startstop.StopFunc, error) {
 	s.mu.Lock()
 	s.ln = ln
 	s.mu.Unlock()
-	// the console's rate sampler (none without a console)
-	sampleCtx, stopSampling := context.WithCancel(context.WithoutCancel(ctx))
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		if c := s.opts.Console; c != nil {
-			c.Run(sampleCtx)
-		}
-	}()
 	served := make(chan error, 1)
 	go func() {
 		err := s.srv.Serve(ln)
@@ -272,7 +263,6 @@ func (s *Server) start(ctx context.Context) (startstop.StopFunc, error) {
 		served <- err
 	}()
 	return func(ctx context.Context) error {
-		stopSampling()
 		err := s.srv.Shutdown(ctx)
 		if err != nil {
 			// The first Stop's ctx ended: drop the requests still running.
@@ -281,7 +271,6 @@ func (s *Server) start(ctx context.Context) (startstop.StopFunc, error) {
 			_ = s.srv.Close()
 		}
 		serveErr := <-served // Serve returns as soon as Shutdown or Close began
-		<-sampled
 		if err != nil {
 			return fmt.Errorf("stop http server: %w", err)
 		}
