@@ -9,13 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mightyetl/mightyetl/client/backoff"
 )
 
 // DefaultBaseURL is the address `etlctl dev` and the intake listen on by
@@ -103,8 +104,9 @@ func WithRetry(p RetryPolicy) Option { return func(c *Client) { c.retry = p.with
 // RetryPolicy bounds the retries of transient failures: connection errors
 // and 429 or 503 answers. Every retry resends the same method, path,
 // idempotency key and body bytes. The pause before retry n (1-based) is a
-// random duration in [0, min(MaxDelay, BaseDelay*2^(n-1))) ("full jitter"),
-// or the server's Retry-After when that is longer (capped at MaxDelay).
+// random duration in [0, min(MaxDelay, BaseDelay*2^(n-1))] ("full jitter",
+// backoff.Full), or the server's Retry-After when that is longer (capped at
+// MaxDelay).
 // Retries stop when MaxAttempts attempts were made or the context ends.
 type RetryPolicy struct {
 	// MaxAttempts is the number of attempts including the first; zero
@@ -131,11 +133,7 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 
 // pause is the wait before retry n (1-based) given the server's hint.
 func (p RetryPolicy) pause(n int, retryAfter time.Duration) time.Duration {
-	bound := p.BaseDelay << min(n-1, 20)
-	if bound <= 0 || bound > p.MaxDelay {
-		bound = p.MaxDelay
-	}
-	d := time.Duration(rand.Int64N(int64(bound)))
+	d := backoff.Full(p.BaseDelay, p.MaxDelay, n)
 	if retryAfter > d {
 		d = min(retryAfter, p.MaxDelay)
 	}

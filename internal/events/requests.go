@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mightyetl/mightyetl/client/backoff"
 	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
@@ -530,11 +532,7 @@ func (c *RequestConsumer) handle(ctx context.Context, msg jetstream.Msg) {
 // retryDelay is the redelivery delay after the delivered-th delivery failed:
 // RetryDelay doubled for each earlier delivery, at most MaxRetryDelay.
 func (c *RequestConsumer) retryDelay(delivered uint64) time.Duration {
-	d := c.opts.RetryDelay
-	for i := uint64(1); i < delivered && d < c.opts.MaxRetryDelay; i++ {
-		d *= 2
-	}
-	return min(d, c.opts.MaxRetryDelay)
+	return backoff.Capped(c.opts.RetryDelay, c.opts.MaxRetryDelay, int(min(delivered, math.MaxInt32)))
 }
 
 // answer sends reply to the requester's inbox to, when it is one

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mightyetl/mightyetl/client/backoff"
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
@@ -18,9 +18,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// maxWriteBackoff caps the wait between tries of a fenced write that failed
-// with a transient database error.
-const maxWriteBackoff = time.Second
+// minWriteBackoff and maxWriteBackoff bound the wait between tries of a
+// fenced write that failed transiently: 50ms doubling with every try, at most
+// 1s (and never past the lease, sleepWithinLease).
+const (
+	minWriteBackoff = 50 * time.Millisecond
+	maxWriteBackoff = time.Second
+)
 
 // finisher commits successful results in finish groups: the executor pool's
 // only way to the completers.
@@ -224,7 +228,7 @@ func (e *ExecutorPool) finishFailure(r *running, herr error) string {
 		}
 	}
 	if fe.Transient && c.Attempt < c.MaxAttempts {
-		delay := backoff(e.cfg.RetryBaseDelay, e.cfg.RetryMaxDelay, c.Attempt)
+		delay := backoff.Full(e.cfg.RetryBaseDelay, e.cfg.RetryMaxDelay, c.Attempt)
 		return e.fencedWrite(r, metrics.OutcomeRetried, func(ctx context.Context) error {
 			return lease.Retry(ctx, e.db, c.Ref, delay)
 		})
@@ -277,7 +281,7 @@ func (e *ExecutorPool) fencedWrite(r *running, success string, write func(ctx co
 		if e.sig.writeFailed != nil {
 			e.sig.writeFailed()
 		}
-		if !e.sleepWithinLease(r, min(time.Duration(50<<min(i, 5))*time.Millisecond, maxWriteBackoff)) {
+		if !e.sleepWithinLease(r, backoff.Capped(minWriteBackoff, maxWriteBackoff, i+1)) {
 			e.log.Warn("fenced write failed until the lease ran out; the claim is abandoned to expire", "error_class", pg.ErrorClass(err))
 			return ""
 		}
@@ -326,21 +330,3 @@ func (e *ExecutorPool) observeCancelToStop(r *running, returned time.Time) {
 
 // isTransientDB reports a retryable database error.
 func isTransientDB(err error) bool { return pg.IsTransient(err) }
-
-// backoff is full-jitter exponential: uniform in [0, backoffCap(...)].
-func backoff(base, maxDelay time.Duration, attempt int) time.Duration {
-	d := backoffCap(base, maxDelay, attempt)
-	if d <= 0 {
-		return 0
-	}
-	return time.Duration(rand.Int64N(int64(d) + 1))
-}
-
-// backoffCap is the upper bound of attempt's backoff: min(max, base·2^(attempt-1)).
-func backoffCap(base, maxDelay time.Duration, attempt int) time.Duration {
-	d := base
-	for i := 1; i < attempt && d < maxDelay; i++ {
-		d *= 2
-	}
-	return min(d, maxDelay)
-}

@@ -7,12 +7,21 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mightyetl/mightyetl/client/backoff"
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/startstop"
 	"github.com/mightyetl/mightyetl/internal/tracing"
 	"go.opentelemetry.io/otel/attribute"
+)
+
+// renewRetryBase and renewRetryMax bound the wait between tries of a
+// renewal the database failed: 100ms doubling with every try, at most 3.2s
+// and at most a quarter of the renew interval.
+const (
+	renewRetryBase = 100 * time.Millisecond
+	renewRetryMax  = 3200 * time.Millisecond
 )
 
 // Renewer is the worker role that extends every live claim once per
@@ -178,7 +187,7 @@ func (rn *Renewer) renewClaims(pending []*running, retry bool) {
 			if attempt == 0 {
 				rn.log.Warn("lease renewal failed; retrying within the safety margin", "error_class", pg.ErrorClass(err), "claims", len(pending))
 			}
-			wait = min(time.Duration(100<<min(attempt, 5))*time.Millisecond, rn.cfg.RenewInterval/4)
+			wait = backoff.Capped(renewRetryBase, min(renewRetryMax, rn.cfg.RenewInterval/4), attempt+1)
 		}
 		select {
 		case <-time.After(wait):
