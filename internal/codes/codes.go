@@ -2,11 +2,17 @@
 // once: the errorCode values of problems (HTTP problem+json, the
 // Mightyetl-Error-Code header, NATS replies and rejections), the
 // failure_code of a FAILED job and the cancellation_code of a CANCELLED
-// one. The packages that produce a code refer to these constants (under
-// their own exported names where they had them); nothing else writes a code
-// as a literal. Codes never change meaning (design.md section 9); the
-// public client mirrors the problem codes as client.ErrorCode constants,
-// and a test keeps both and docs/openapi.yaml in agreement.
+// one. This is the only place a code is named or written: every package
+// refers to codes.X directly, with no alias constant of its own and no
+// literal (an SQL statement splices the constant in); codes_test.go walks
+// the module's non-test sources and fails on either. Codes never change
+// meaning (design.md section 9).
+//
+// The one exception is the public client (client/), its own module, which
+// cannot import this internal package: it mirrors the problem and rejection
+// codes as typed client.ErrorCode constants for library users, and a
+// contract test keeps them, these constants and docs/openapi.yaml in
+// agreement.
 package codes
 
 // Problem codes of the submission, read and cancel use cases (package

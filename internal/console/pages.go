@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/pg"
 )
@@ -384,19 +385,19 @@ func (h *pageHandler) replay(w http.ResponseWriter, r *http.Request) {
 // database failure.
 func replayRefusal(err error) (int, string) {
 	switch intake.CodeOf(err) {
-	case intake.CodeJobNotFound:
+	case codes.JobNotFound:
 		return http.StatusNotFound, "No such job."
-	case intake.CodeReplayKeyRequired:
+	case codes.ReplayKeyRequired:
 		return http.StatusBadRequest, "The form has no replay key; reload the job page and try again."
-	case intake.CodeReplayPayloadMismatch:
+	case codes.ReplayPayloadMismatch:
 		return http.StatusUnprocessableEntity, "The body is not the job's original body (its SHA-256 differs from the stored digest). Paste the exact bytes the owner submitted."
-	case intake.CodeReplayKeyReused:
+	case codes.ReplayKeyReused:
 		return http.StatusUnprocessableEntity, "This form already replayed the job with another body; reload the job page to start a new replay."
-	case intake.CodeReplaySourceActive:
+	case codes.ReplaySourceActive:
 		return http.StatusConflict, "The job is PENDING or RUNNING; only FAILED or CANCELLED jobs can be replayed."
-	case intake.CodeReplaySourceSucceeded:
+	case codes.ReplaySourceSucceeded:
 		return http.StatusConflict, "The job SUCCEEDED; there is nothing to replay."
-	case intake.CodeReplayGenerationExhausted:
+	case codes.ReplayGenerationExhausted:
 		return http.StatusConflict, "The job is the last generation of its replay chain (100); it cannot be replayed."
 	}
 	return 0, ""

@@ -44,11 +44,11 @@ type Field struct {
 //
 // body must be UTF-8 JSON whose only value is an array ("[]" is accepted) of at most maxRecords
 // elements. It fails with an *Error whose Code is:
-//   - CodeInvalidJSON when body is empty, not UTF-8, malformed, not an array, followed by
+//   - codes.InvalidJSON when body is empty, not UTF-8, malformed, not an array, followed by
 //     trailing data, nested deeper than 128 levels, or when any object at any depth repeats a
 //     member name (compared after JSON unescaping);
-//   - CodeBatchTooLarge as soon as element maxRecords+1 starts (the rest is not read);
-//   - CodeInvalidRecord (Index = first bad record) when an element is not an object; when a
+//   - codes.BatchTooLarge as soon as element maxRecords+1 starts (the rest is not read);
+//   - codes.InvalidRecord (Index = first bad record) when an element is not an object; when a
 //     record lacks an "id" member holding a JSON string that is non-blank, has no leading or
 //     trailing white space, has at most 256 code points and contains no control (Cc), format
 //     (Cf), line (Zl) or paragraph (Zp) separator characters; or when a field name is empty,
@@ -58,7 +58,7 @@ type Field struct {
 //     \u0000 escape, a UTF-16 surrogate escape outside a high-low pair, or a number outside
 //     the numeric type (more than 131,072 digits before the point or 16,383 after it).
 //
-// The body-level codes take precedence over CodeInvalidRecord (see the package doc). The
+// The body-level codes take precedence over codes.InvalidRecord (see the package doc). The
 // returned Field values alias body. ParseBatch is safe for concurrent use.
 func ParseBatch(body []byte, maxRecords int) ([]Record, error) {
 	if len(bytes.TrimSpace(body)) == 0 || !utf8.Valid(body) {

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/mightyetl/mightyetl/internal/codes"
 )
 
 // codeOf returns the Code of an *Error, "" for nil, and fails the test for other errors.
@@ -32,80 +34,80 @@ func TestParseBatchRejects(t *testing.T) {
 		index int
 	}{
 		// etl_invalid_json
-		{"absent", "", 10, CodeInvalidJSON, -1},
-		{"white space only", " \n\t", 10, CodeInvalidJSON, -1},
-		{"malformed", `[{"id":"a"`, 10, CodeInvalidJSON, -1},
-		{"missing comma", `[{"id":"a"} {"id":"b"}]`, 10, CodeInvalidJSON, -1},
-		{"trailing comma", `[{"id":"a"},]`, 10, CodeInvalidJSON, -1},
-		{"object top level", `{"id":"a"}`, 10, CodeInvalidJSON, -1},
-		{"string top level", `"a"`, 10, CodeInvalidJSON, -1},
-		{"number top level", `1`, 10, CodeInvalidJSON, -1},
-		{"null top level", `null`, 10, CodeInvalidJSON, -1},
-		{"trailing value", `[] []`, 10, CodeInvalidJSON, -1},
-		{"trailing garbage", `[{"id":"a"}]x`, 10, CodeInvalidJSON, -1},
-		{"trailing bracket", `[]]`, 10, CodeInvalidJSON, -1},
-		{"invalid utf-8 in string", "[{\"id\":\"a\xff\"}]", 10, CodeInvalidJSON, -1},
-		{"invalid utf-8 outside", "[{\"id\":\"a\"}]\xc3", 10, CodeInvalidJSON, -1},
-		{"byte order mark", "\uFEFF[]", 10, CodeInvalidJSON, -1},
-		{"duplicate member", `[{"id":"a","x":1,"x":2}]`, 10, CodeInvalidJSON, -1},
-		{"duplicate id", `[{"id":"a","id":"b"}]`, 10, CodeInvalidJSON, -1},
-		{"duplicate after unescape", `[{"id":"a","x":1,"\u0078":2}]`, 10, CodeInvalidJSON, -1},
-		{"duplicate nested", `[{"id":"a","n":{"k":1,"k":2}}]`, 10, CodeInvalidJSON, -1},
-		{"duplicate deep in array", `[{"id":"a","n":[1,{"x":[{"k":1,"k":2}]}]}]`, 10, CodeInvalidJSON, -1},
-		{"duplicate in non-object element", `[[{"k":1,"k":2}]]`, 10, CodeInvalidJSON, -1},
-		{"duplicate wins over earlier bad record", `[{"id":""},{"id":"b","x":1,"x":1}]`, 10, CodeInvalidJSON, -1},
-		{"malformed wins over earlier bad record", `[5,{"id":"b"`, 10, CodeInvalidJSON, -1},
-		{"too deep", `[{"id":"a","n":` + strings.Repeat("[", 200) + strings.Repeat("]", 200) + `}]`, 10, CodeInvalidJSON, -1},
-		{"single quotes", `[{'id':'a'}]`, 10, CodeInvalidJSON, -1},
-		{"NaN", `[{"id":"a","amount":NaN}]`, 10, CodeInvalidJSON, -1},
+		{"absent", "", 10, codes.InvalidJSON, -1},
+		{"white space only", " \n\t", 10, codes.InvalidJSON, -1},
+		{"malformed", `[{"id":"a"`, 10, codes.InvalidJSON, -1},
+		{"missing comma", `[{"id":"a"} {"id":"b"}]`, 10, codes.InvalidJSON, -1},
+		{"trailing comma", `[{"id":"a"},]`, 10, codes.InvalidJSON, -1},
+		{"object top level", `{"id":"a"}`, 10, codes.InvalidJSON, -1},
+		{"string top level", `"a"`, 10, codes.InvalidJSON, -1},
+		{"number top level", `1`, 10, codes.InvalidJSON, -1},
+		{"null top level", `null`, 10, codes.InvalidJSON, -1},
+		{"trailing value", `[] []`, 10, codes.InvalidJSON, -1},
+		{"trailing garbage", `[{"id":"a"}]x`, 10, codes.InvalidJSON, -1},
+		{"trailing bracket", `[]]`, 10, codes.InvalidJSON, -1},
+		{"invalid utf-8 in string", "[{\"id\":\"a\xff\"}]", 10, codes.InvalidJSON, -1},
+		{"invalid utf-8 outside", "[{\"id\":\"a\"}]\xc3", 10, codes.InvalidJSON, -1},
+		{"byte order mark", "\uFEFF[]", 10, codes.InvalidJSON, -1},
+		{"duplicate member", `[{"id":"a","x":1,"x":2}]`, 10, codes.InvalidJSON, -1},
+		{"duplicate id", `[{"id":"a","id":"b"}]`, 10, codes.InvalidJSON, -1},
+		{"duplicate after unescape", `[{"id":"a","x":1,"\u0078":2}]`, 10, codes.InvalidJSON, -1},
+		{"duplicate nested", `[{"id":"a","n":{"k":1,"k":2}}]`, 10, codes.InvalidJSON, -1},
+		{"duplicate deep in array", `[{"id":"a","n":[1,{"x":[{"k":1,"k":2}]}]}]`, 10, codes.InvalidJSON, -1},
+		{"duplicate in non-object element", `[[{"k":1,"k":2}]]`, 10, codes.InvalidJSON, -1},
+		{"duplicate wins over earlier bad record", `[{"id":""},{"id":"b","x":1,"x":1}]`, 10, codes.InvalidJSON, -1},
+		{"malformed wins over earlier bad record", `[5,{"id":"b"`, 10, codes.InvalidJSON, -1},
+		{"too deep", `[{"id":"a","n":` + strings.Repeat("[", 200) + strings.Repeat("]", 200) + `}]`, 10, codes.InvalidJSON, -1},
+		{"single quotes", `[{'id':'a'}]`, 10, codes.InvalidJSON, -1},
+		{"NaN", `[{"id":"a","amount":NaN}]`, 10, codes.InvalidJSON, -1},
 
 		// etl_batch_too_large
-		{"one over", `[{"id":"a"},{"id":"b"},{"id":"c"}]`, 2, CodeBatchTooLarge, -1},
-		{"zero allowed", `[{"id":"a"}]`, 0, CodeBatchTooLarge, -1},
-		{"detected before later syntax error", `[{"id":"a"},{"id":"b"},{"id":"c"}, garbage`, 2, CodeBatchTooLarge, -1},
-		{"wins over bad record", `[5,5,5]`, 2, CodeBatchTooLarge, -1},
-		{"garbage after max is not an element", `[{"id":"a"},{"id":"b"} x]`, 2, CodeInvalidJSON, -1},
-		{"bad token after max is not an element", `[{"id":"a"},{"id":"b"},]`, 2, CodeInvalidJSON, -1},
+		{"one over", `[{"id":"a"},{"id":"b"},{"id":"c"}]`, 2, codes.BatchTooLarge, -1},
+		{"zero allowed", `[{"id":"a"}]`, 0, codes.BatchTooLarge, -1},
+		{"detected before later syntax error", `[{"id":"a"},{"id":"b"},{"id":"c"}, garbage`, 2, codes.BatchTooLarge, -1},
+		{"wins over bad record", `[5,5,5]`, 2, codes.BatchTooLarge, -1},
+		{"garbage after max is not an element", `[{"id":"a"},{"id":"b"} x]`, 2, codes.InvalidJSON, -1},
+		{"bad token after max is not an element", `[{"id":"a"},{"id":"b"},]`, 2, codes.InvalidJSON, -1},
 
 		// etl_invalid_record
-		{"number element", `[{"id":"a"},1]`, 10, CodeInvalidRecord, 1},
-		{"string element", `["a"]`, 10, CodeInvalidRecord, 0},
-		{"null element", `[null]`, 10, CodeInvalidRecord, 0},
-		{"array element", `[[{"id":"a"}]]`, 10, CodeInvalidRecord, 0},
-		{"first bad record is reported", `[{"id":"a"},{},{"id":1}]`, 10, CodeInvalidRecord, 1},
-		{"missing id", `[{"name":"x"}]`, 10, CodeInvalidRecord, 0},
-		{"upper-case ID is not id", `[{"ID":"a"}]`, 10, CodeInvalidRecord, 0},
-		{"empty object", `[{}]`, 10, CodeInvalidRecord, 0},
-		{"id number", `[{"id":1}]`, 10, CodeInvalidRecord, 0},
-		{"id null", `[{"id":null}]`, 10, CodeInvalidRecord, 0},
-		{"id bool", `[{"id":true}]`, 10, CodeInvalidRecord, 0},
-		{"id object", `[{"id":{"v":"a"}}]`, 10, CodeInvalidRecord, 0},
-		{"id empty", `[{"id":""}]`, 10, CodeInvalidRecord, 0},
-		{"id blank", `[{"id":"   "}]`, 10, CodeInvalidRecord, 0},
-		{"id leading space", `[{"id":" a"}]`, 10, CodeInvalidRecord, 0},
-		{"id trailing tab", `[{"id":"a\t"}]`, 10, CodeInvalidRecord, 0},
-		{"id trailing nbsp", `[{"id":"a\u00a0"}]`, 10, CodeInvalidRecord, 0},
-		{"id leading ideographic space", `[{"id":"\u3000a"}]`, 10, CodeInvalidRecord, 0},
-		{"id newline inside", `[{"id":"a\nb"}]`, 10, CodeInvalidRecord, 0},
-		{"id NUL", `[{"id":"a\u0000b"}]`, 10, CodeInvalidRecord, 0},
-		{"id DEL", `[{"id":"a\u007fb"}]`, 10, CodeInvalidRecord, 0},
-		{"id C1 control", `[{"id":"a\u0085b"}]`, 10, CodeInvalidRecord, 0},
-		{"id zero width space (Cf)", `[{"id":"a\u200bb"}]`, 10, CodeInvalidRecord, 0},
-		{"id bidi override (Cf)", `[{"id":"a\u202eb"}]`, 10, CodeInvalidRecord, 0},
-		{"id BOM (Cf)", `[{"id":"a\ufeffb"}]`, 10, CodeInvalidRecord, 0},
-		{"id line separator (Zl)", `[{"id":"a\u2028b"}]`, 10, CodeInvalidRecord, 0},
-		{"id paragraph separator (Zp)", `[{"id":"a\u2029b"}]`, 10, CodeInvalidRecord, 0},
-		{"id 257 code points", `[{"id":"` + long + `"}]`, 10, CodeInvalidRecord, 0},
-		{"case collision", `[{"id":"a","name":"x","NAME":"y"}]`, 10, CodeInvalidRecord, 0},
-		{"case collision with id", `[{"id":"a","Id":"b"}]`, 10, CodeInvalidRecord, 0},
-		{"case collision unicode", `[{"id":"a","é":1,"É":2}]`, 10, CodeInvalidRecord, 0},
-		{"empty field name", `[{"id":"a","":1}]`, 10, CodeInvalidRecord, 0},
-		{"colon in field name", `[{"id":"a","b:c":1}]`, 10, CodeInvalidRecord, 0},
-		{"comma in field name", `[{"id":"a","b,c":1}]`, 10, CodeInvalidRecord, 0},
-		{"control in field name", `[{"id":"a","b\nc":1}]`, 10, CodeInvalidRecord, 0},
-		{"NUL in field name", `[{"id":"a","b\u0000":1}]`, 10, CodeInvalidRecord, 0},
-		{"DEL in field name", `[{"id":"a","b\u007f":1}]`, 10, CodeInvalidRecord, 0},
-		{"bad record then more than max is too large", `[{},{"id":"b"}]`, 1, CodeBatchTooLarge, -1},
+		{"number element", `[{"id":"a"},1]`, 10, codes.InvalidRecord, 1},
+		{"string element", `["a"]`, 10, codes.InvalidRecord, 0},
+		{"null element", `[null]`, 10, codes.InvalidRecord, 0},
+		{"array element", `[[{"id":"a"}]]`, 10, codes.InvalidRecord, 0},
+		{"first bad record is reported", `[{"id":"a"},{},{"id":1}]`, 10, codes.InvalidRecord, 1},
+		{"missing id", `[{"name":"x"}]`, 10, codes.InvalidRecord, 0},
+		{"upper-case ID is not id", `[{"ID":"a"}]`, 10, codes.InvalidRecord, 0},
+		{"empty object", `[{}]`, 10, codes.InvalidRecord, 0},
+		{"id number", `[{"id":1}]`, 10, codes.InvalidRecord, 0},
+		{"id null", `[{"id":null}]`, 10, codes.InvalidRecord, 0},
+		{"id bool", `[{"id":true}]`, 10, codes.InvalidRecord, 0},
+		{"id object", `[{"id":{"v":"a"}}]`, 10, codes.InvalidRecord, 0},
+		{"id empty", `[{"id":""}]`, 10, codes.InvalidRecord, 0},
+		{"id blank", `[{"id":"   "}]`, 10, codes.InvalidRecord, 0},
+		{"id leading space", `[{"id":" a"}]`, 10, codes.InvalidRecord, 0},
+		{"id trailing tab", `[{"id":"a\t"}]`, 10, codes.InvalidRecord, 0},
+		{"id trailing nbsp", `[{"id":"a\u00a0"}]`, 10, codes.InvalidRecord, 0},
+		{"id leading ideographic space", `[{"id":"\u3000a"}]`, 10, codes.InvalidRecord, 0},
+		{"id newline inside", `[{"id":"a\nb"}]`, 10, codes.InvalidRecord, 0},
+		{"id NUL", `[{"id":"a\u0000b"}]`, 10, codes.InvalidRecord, 0},
+		{"id DEL", `[{"id":"a\u007fb"}]`, 10, codes.InvalidRecord, 0},
+		{"id C1 control", `[{"id":"a\u0085b"}]`, 10, codes.InvalidRecord, 0},
+		{"id zero width space (Cf)", `[{"id":"a\u200bb"}]`, 10, codes.InvalidRecord, 0},
+		{"id bidi override (Cf)", `[{"id":"a\u202eb"}]`, 10, codes.InvalidRecord, 0},
+		{"id BOM (Cf)", `[{"id":"a\ufeffb"}]`, 10, codes.InvalidRecord, 0},
+		{"id line separator (Zl)", `[{"id":"a\u2028b"}]`, 10, codes.InvalidRecord, 0},
+		{"id paragraph separator (Zp)", `[{"id":"a\u2029b"}]`, 10, codes.InvalidRecord, 0},
+		{"id 257 code points", `[{"id":"` + long + `"}]`, 10, codes.InvalidRecord, 0},
+		{"case collision", `[{"id":"a","name":"x","NAME":"y"}]`, 10, codes.InvalidRecord, 0},
+		{"case collision with id", `[{"id":"a","Id":"b"}]`, 10, codes.InvalidRecord, 0},
+		{"case collision unicode", `[{"id":"a","é":1,"É":2}]`, 10, codes.InvalidRecord, 0},
+		{"empty field name", `[{"id":"a","":1}]`, 10, codes.InvalidRecord, 0},
+		{"colon in field name", `[{"id":"a","b:c":1}]`, 10, codes.InvalidRecord, 0},
+		{"comma in field name", `[{"id":"a","b,c":1}]`, 10, codes.InvalidRecord, 0},
+		{"control in field name", `[{"id":"a","b\nc":1}]`, 10, codes.InvalidRecord, 0},
+		{"NUL in field name", `[{"id":"a","b\u0000":1}]`, 10, codes.InvalidRecord, 0},
+		{"DEL in field name", `[{"id":"a","b\u007f":1}]`, 10, codes.InvalidRecord, 0},
+		{"bad record then more than max is too large", `[{},{"id":"b"}]`, 1, codes.BatchTooLarge, -1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -195,11 +197,11 @@ func TestParseBatchManyMembers(t *testing.T) {
 		t.Fatalf("ParseBatch: %v", err)
 	}
 	dup := b.String() + `,"f3":2}]`
-	if code, _ := codeOf(t, mustErr(ParseBatch([]byte(dup), 1))); code != CodeInvalidJSON {
+	if code, _ := codeOf(t, mustErr(ParseBatch([]byte(dup), 1))); code != codes.InvalidJSON {
 		t.Fatalf("duplicate among many: %s", code)
 	}
 	coll := b.String() + `,"F999":2}]`
-	if code, _ := codeOf(t, mustErr(ParseBatch([]byte(coll), 1))); code != CodeInvalidRecord {
+	if code, _ := codeOf(t, mustErr(ParseBatch([]byte(coll), 1))); code != codes.InvalidRecord {
 		t.Fatalf("case collision among many: %s", code)
 	}
 }
@@ -212,7 +214,7 @@ func TestParseBatchMaxDepth(t *testing.T) {
 	if _, err := ParseBatch([]byte(nest(maxDepth-2)), 1); err != nil {
 		t.Fatalf("depth %d: %v", maxDepth, err)
 	}
-	if code, _ := codeOf(t, mustErr(ParseBatch([]byte(nest(maxDepth-1)), 1))); code != CodeInvalidJSON {
+	if code, _ := codeOf(t, mustErr(ParseBatch([]byte(nest(maxDepth-1)), 1))); code != codes.InvalidJSON {
 		t.Fatalf("depth %d: %s", maxDepth+1, code)
 	}
 }
@@ -225,7 +227,7 @@ func TestErrorText(t *testing.T) {
 	if got, want := err.Error(), "etl: invalid record at index 0"; got != want {
 		t.Fatalf("Error() = %q, want %q", got, want)
 	}
-	if got := (&Error{Code: CodeInvalidJSON, Index: -1}).Error(); strings.Contains(got, "index") {
+	if got := (&Error{Code: codes.InvalidJSON, Index: -1}).Error(); strings.Contains(got, "index") {
 		t.Fatalf("Error() = %q mentions an index", got)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/mightyetl/mightyetl/internal/codes"
 )
 
 // Diagnostic failure modes (DiagnosticSpec.FailWith).
@@ -40,7 +42,7 @@ type DiagnosticSpec struct {
 // records' own etl_invalid_json, etl_invalid_record or etl_batch_too_large
 // otherwise. Safe for concurrent use.
 func ParseDiagnostic(body []byte, maxRecords int) (DiagnosticSpec, error) {
-	bad := func() (DiagnosticSpec, error) { return DiagnosticSpec{}, &Error{Code: CodeInvalidJSON, Index: -1} }
+	bad := func() (DiagnosticSpec, error) { return DiagnosticSpec{}, &Error{Code: codes.InvalidJSON, Index: -1} }
 	// json.Valid accepts exactly one JSON value with nothing after it, so the
 	// walk below only splits a grammatical object into its members: the
 	// worker parses every diagnostic payload, and json.Decoder.Token took a

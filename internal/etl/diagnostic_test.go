@@ -9,13 +9,15 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/mightyetl/mightyetl/internal/codes"
 )
 
 // parseDiagnosticReference is the token-by-token parser ParseDiagnostic
 // replaced (json.Decoder.Token took a sixth of the worker's CPU in the
 // burndown); the two must give the same answer for every input.
 func parseDiagnosticReference(body []byte, maxRecords int) (DiagnosticSpec, error) {
-	bad := func() (DiagnosticSpec, error) { return DiagnosticSpec{}, &Error{Code: CodeInvalidJSON, Index: -1} }
+	bad := func() (DiagnosticSpec, error) { return DiagnosticSpec{}, &Error{Code: codes.InvalidJSON, Index: -1} }
 	if !utf8.Valid(body) {
 		return bad()
 	}

@@ -13,8 +13,8 @@
 //     Transform. Both are pure, deterministic and safe for concurrent use.
 //   - [LoadRows] writes rows into processed_data inside the caller's transaction.
 //
-// Rejections are reported as *[Error], whose Code is one of [CodeInvalidJSON],
-// [CodeInvalidRecord] and [CodeBatchTooLarge]; its Error text never contains payload data.
+// Rejections are reported as *[Error], whose Code is one of [codes.InvalidJSON],
+// [codes.InvalidRecord] and [codes.BatchTooLarge]; its Error text never contains payload data.
 // Only httpapi turns a code into problem+json.
 //
 // Precedence of rejections: a body that is not well-formed JSON (or breaks the duplicate-member

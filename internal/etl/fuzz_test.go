@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/mightyetl/mightyetl/internal/codes"
 )
 
 // referenceAmount is an independent model of the AMOUNT rule on math/big, used to check
@@ -74,7 +76,7 @@ func FuzzAmount(f *testing.F) {
 				t.Fatalf("Data = %q", rows[0].Data)
 			}
 			got, ok = strings.TrimSuffix(strings.TrimPrefix(rows[0].Data, "AMOUNT:"), ","), true
-		} else if code, _ := codeOf(t, err); code != CodeInvalidRecord {
+		} else if code, _ := codeOf(t, err); code != codes.InvalidRecord {
 			t.Fatalf("code %s", code)
 		}
 		if value == "null" {
@@ -129,11 +131,11 @@ func FuzzParseBatch(f *testing.F) {
 			}
 			code, index := codeOf(t, err)
 			switch code {
-			case CodeInvalidJSON, CodeBatchTooLarge:
+			case codes.InvalidJSON, codes.BatchTooLarge:
 				if index != -1 {
 					t.Fatalf("%s with index %d", code, index)
 				}
-			case CodeInvalidRecord:
+			case codes.InvalidRecord:
 				if index < 0 || index >= max {
 					t.Fatalf("%s with index %d", code, index)
 				}
@@ -182,7 +184,7 @@ func FuzzTransform(f *testing.F) {
 		}
 		rows, err := Transform(recs)
 		if err != nil {
-			if code, index := codeOf(t, err); code != CodeInvalidRecord || index < 0 || index >= len(recs) {
+			if code, index := codeOf(t, err); code != codes.InvalidRecord || index < 0 || index >= len(recs) {
 				t.Fatalf("Transform: %s@%d", code, index)
 			}
 			return

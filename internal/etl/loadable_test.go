@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/mightyetl/mightyetl/internal/codes"
 )
 
 // The values PostgreSQL refuses are refused as invalid records, at any depth,
@@ -44,8 +46,8 @@ func TestParseBatchRefusesValuesPostgreSQLCannotStore(t *testing.T) {
 		switch {
 		case c.ok && (err != nil || len(rows) != 1):
 			t.Errorf("%s: %v, want accepted", c.name, err)
-		case !c.ok && (!errors.As(err, &ee) || ee.Code != CodeInvalidRecord):
-			t.Errorf("%s: %v, want %s", c.name, err, CodeInvalidRecord)
+		case !c.ok && (!errors.As(err, &ee) || ee.Code != codes.InvalidRecord):
+			t.Errorf("%s: %v, want %s", c.name, err, codes.InvalidRecord)
 		}
 	}
 }

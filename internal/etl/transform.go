@@ -35,7 +35,7 @@ type Row struct {
 //
 // A value that would contain U+0000 (in a string, or in a nested string or member name) also
 // rejects the record: PostgreSQL text and jsonb cannot store it. A rejection is an *Error with
-// CodeInvalidRecord and the record's index; no rows are returned then. Transform is pure and
+// codes.InvalidRecord and the record's index; no rows are returned then. Transform is pure and
 // safe for concurrent use.
 func Transform(records []Record) ([]Row, error) {
 	rows := make([]Row, 0, len(records))

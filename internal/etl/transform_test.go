@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/mightyetl/mightyetl/internal/codes"
 )
 
 func TestProcessContractExample(t *testing.T) {
@@ -155,8 +157,8 @@ func TestTransformAmount(t *testing.T) {
 			rows, err := Process([]byte(`[{"id":"ok"},{"id":"x","amount":`+tt.amount+`}]`), 2)
 			if tt.want == "" {
 				code, index := codeOf(t, err)
-				if code != CodeInvalidRecord || index != 1 {
-					t.Fatalf("got %s@%d (rows %v), want %s@1", code, index, rows, CodeInvalidRecord)
+				if code != codes.InvalidRecord || index != 1 {
+					t.Fatalf("got %s@%d (rows %v), want %s@1", code, index, rows, codes.InvalidRecord)
 				}
 				return
 			}
@@ -184,7 +186,7 @@ func TestTransformRejectsNUL(t *testing.T) {
 		`[{"id":"x","n":[{"\u0000":1}]}]`,
 	} {
 		code, index := codeOf(t, mustErr(Process([]byte(body), 1)))
-		if code != CodeInvalidRecord || index != 0 {
+		if code != codes.InvalidRecord || index != 0 {
 			t.Errorf("%s: got %s@%d", body, code, index)
 		}
 	}
@@ -234,9 +236,9 @@ func TestResponseText(t *testing.T) {
 
 func TestProcessPropagatesParseErrors(t *testing.T) {
 	for body, want := range map[string]string{
-		``:                        CodeInvalidJSON,
-		`[{"id":"a"},{"id":"b"}]`: CodeBatchTooLarge,
-		`[{"id":""}]`:             CodeInvalidRecord,
+		``:                        codes.InvalidJSON,
+		`[{"id":"a"},{"id":"b"}]`: codes.BatchTooLarge,
+		`[{"id":""}]`:             codes.InvalidRecord,
 	} {
 		if code, _ := codeOf(t, mustErr(Process([]byte(body), 1))); code != want {
 			t.Errorf("Process(%q) = %s, want %s", body, code, want)

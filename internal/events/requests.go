@@ -29,7 +29,7 @@ import (
 // Only a literal subject under the requester's own inbox prefix
 // (ReplyInboxPrefix of the subject's principal, "_INBOX.<principal>.") is
 // answered; a request naming any other subject is rejected with
-// CodeReplySubjectForbidden and never handled, so a producer cannot make the
+// codes.ReplySubjectForbidden and never handled, so a producer cannot make the
 // intake publish into another principal's inbox, the intake's own inboxes or
 // any other subject.
 const ReplyToHeader = "Mightyetl-Reply-To"
@@ -38,31 +38,12 @@ const ReplyToHeader = "Mightyetl-Reply-To"
 // the problem's errorCode.
 const ErrorCodeHeader = "Mightyetl-Error-Code"
 
-// Request rejection codes decided by the consumer itself, before (or instead
-// of) the RequestHandler. Each is published on "<p>.rejections" and the
-// message is terminated.
-const (
-	// CodePrincipalRequired is the errorCode of a request whose subject does
-	// not end in exactly one principal token.
-	CodePrincipalRequired = codes.PrincipalRequired
-	// CodeReplySubjectForbidden is the errorCode of a request whose
-	// ReplyToHeader is not a literal subject under its principal's
-	// ReplyInboxPrefix. The request is not handled and gets no reply.
-	CodeReplySubjectForbidden = codes.ReplySubjectForbidden
-	// CodeMsgIDNotQualified is the errorCode of a request whose Nats-Msg-Id
-	// is not RequestMsgID(principal, key) for the subject's principal.
-	CodeMsgIDNotQualified = codes.MsgIDNotQualified
-	// CodeDeliveriesExhausted is the errorCode of a request that failed
-	// internally on RequestConsumerOptions.MaxDeliveries deliveries.
-	CodeDeliveriesExhausted = codes.RequestDeliveriesExhausted
-)
-
 // RequestMsgID is the Nats-Msg-Id a producer sets on a request:
 // "<principal>:<idempotency key>", principal being the request subject's last
 // token. JetStream deduplicates Nats-Msg-Id per stream, not per subject; the
 // principal qualification keeps two principals' equal keys apart inside the
 // duplicate window. The consumer rejects a request whose id is not qualified
-// by its own subject's principal (CodeMsgIDNotQualified) and hands the
+// by its own subject's principal (codes.MsgIDNotQualified) and hands the
 // handler the key alone.
 func RequestMsgID(principal, key string) string { return principal + ":" + key }
 
@@ -130,7 +111,7 @@ func (l RequestsLimits) WithDefaults() RequestsLimits {
 //
 // Results: err != nil means the request failed internally (database
 // unavailable, or anything else unexpected): the message is redelivered after
-// a growing delay, and terminated with a CodeDeliveriesExhausted rejection on
+// a growing delay, and terminated with a codes.RequestDeliveriesExhausted rejection on
 // its RequestConsumerOptions.MaxDeliveries-th delivery. Otherwise problemCode != "" means the request
 // is invalid and never will be valid: the message is terminated and a
 // rejection published; reply may hold the problem document. Otherwise the
@@ -174,7 +155,7 @@ type RequestConsumerOptions struct {
 	// DefaultRequestMaxRetryDelay.
 	MaxRetryDelay time.Duration
 	// MaxDeliveries is how many deliveries a request that keeps failing
-	// internally gets before it is terminated with a CodeDeliveriesExhausted
+	// internally gets before it is terminated with a codes.RequestDeliveriesExhausted
 	// rejection; zero means DefaultRequestMaxDeliveries. The count is the
 	// server's delivery count, so deliveries that ended without an answer
 	// (a crashed or stopped intake, an expired ack wait) count too.
@@ -266,6 +247,16 @@ func RequestsStreamConfig(s Subjects, l RequestsLimits) jetstream.StreamConfig {
 // RequestConsumer feeds request messages from the durable pull consumer to
 // a RequestHandler and acknowledges each only after the handler returned.
 // Create it with NewRequestConsumer; run it with Start and Stop.
+//
+// The consumer itself rejects, before (or instead of) the handler, a
+// request whose subject does not end in exactly one principal token
+// (codes.PrincipalRequired), whose ReplyToHeader is not a literal subject
+// under its principal's ReplyInboxPrefix (codes.ReplySubjectForbidden: not
+// handled and no reply), whose Nats-Msg-Id is not RequestMsgID(principal,
+// key) for the subject's principal (codes.MsgIDNotQualified), or that failed
+// internally on RequestConsumerOptions.MaxDeliveries deliveries
+// (codes.RequestDeliveriesExhausted). Each rejection is published on
+// "<p>.rejections" and the message is terminated.
 type RequestConsumer struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
@@ -481,19 +472,19 @@ func (c *RequestConsumer) handle(ctx context.Context, msg jetstream.Msg) {
 	key, qualified := requestKey(principal, msg.Headers().Get(jetstream.MsgIDHeader))
 	switch {
 	case !ok:
-		code = CodePrincipalRequired
+		code = codes.PrincipalRequired
 	case replyTo != "" && !replyAllowed(principal, replyTo):
-		code = CodeReplySubjectForbidden
+		code = codes.ReplySubjectForbidden
 	case delivered > uint64(c.opts.MaxDeliveries):
 		// Earlier deliveries ended without a settlement (a crash, a stop,
 		// an expired ack wait): do not run it again.
-		code = CodeDeliveriesExhausted
+		code = codes.RequestDeliveriesExhausted
 	case !qualified:
-		code = CodeMsgIDNotQualified
+		code = codes.MsgIDNotQualified
 	default:
 		reply, code, err = c.h.HandleRequest(hctx, principal, key, msg.Data())
 		if err != nil && delivered >= uint64(c.opts.MaxDeliveries) {
-			reply, code, err = nil, CodeDeliveriesExhausted, nil
+			reply, code, err = nil, codes.RequestDeliveriesExhausted, nil
 		}
 	}
 	switch {
@@ -508,7 +499,7 @@ func (c *RequestConsumer) handle(ctx context.Context, msg jetstream.Msg) {
 		if len(reply) == 0 {
 			reply = body
 		}
-		if ok && code != CodeReplySubjectForbidden {
+		if ok && code != codes.ReplySubjectForbidden {
 			c.answer(principal, replyTo, reply, code)
 		}
 		_ = c.nc.Publish(c.subjects.Rejections(), body) // advisory; the reply carries it too

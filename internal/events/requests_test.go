@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/natstest"
 	"github.com/mightyetl/mightyetl/internal/testwait"
@@ -210,7 +211,7 @@ func TestRequestAcceptedAckedAfterHandlerAndAnswered(t *testing.T) {
 func TestRequestPoisonIsTerminatedWithRejection(t *testing.T) {
 	t.Parallel()
 	h := &fakeHandler{script: func(int, call) ([]byte, string, error) {
-		return nil, "etl_invalid_idempotency_key", nil
+		return nil, codes.InvalidIdempotencyKey, nil
 	}}
 	f := newRequestFixture(t, h)
 	rejections, err := f.nc.SubscribeSync(f.subjects.Rejections())
@@ -226,7 +227,7 @@ func TestRequestPoisonIsTerminatedWithRejection(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no reply: %v", err)
 	}
-	if msg.Header.Get(ErrorCodeHeader) != "etl_invalid_idempotency_key" {
+	if msg.Header.Get(ErrorCodeHeader) != codes.InvalidIdempotencyKey {
 		t.Fatalf("reply header = %v", msg.Header)
 	}
 	rej, err := rejections.NextMsg(10 * time.Second)
@@ -237,7 +238,7 @@ func TestRequestPoisonIsTerminatedWithRejection(t *testing.T) {
 	if err := json.Unmarshal(rej.Data, &body); err != nil {
 		t.Fatal(err)
 	}
-	if len(body) != 1 || body["errorCode"] != "etl_invalid_idempotency_key" {
+	if len(body) != 1 || body["errorCode"] != codes.InvalidIdempotencyKey {
 		t.Fatalf("rejection = %s, want only the errorCode", rej.Data)
 	}
 	f.settled(t)
@@ -257,7 +258,7 @@ func TestRequestSubjectWithoutSinglePrincipalTokenIsRejected(t *testing.T) {
 	// No single principal token, so no inbox the reply could be bound to:
 	// the rejection is the only answer.
 	reply := f.submit(t, f.subjects.Prefix()+".requests.a.b", "b", "key-0000000000000002", `[]`)
-	f.wantRejection(t, rejections, CodePrincipalRequired)
+	f.wantRejection(t, rejections, codes.PrincipalRequired)
 	f.settled(t)
 	if n := len(h.callsFor("key-0000000000000002")); n != 0 {
 		t.Fatalf("handler called %d times", n)
@@ -309,10 +310,10 @@ func TestRequestFailingInternallyIsTerminatedAfterMaxDeliveries(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no reply: %v", err)
 	}
-	if msg.Header.Get(ErrorCodeHeader) != CodeDeliveriesExhausted {
+	if msg.Header.Get(ErrorCodeHeader) != codes.RequestDeliveriesExhausted {
 		t.Fatalf("reply header = %v", msg.Header)
 	}
-	f.wantRejection(t, rejections, CodeDeliveriesExhausted)
+	f.wantRejection(t, rejections, codes.RequestDeliveriesExhausted)
 	f.settled(t)
 	f.streamEmpty(t)
 	if n := len(h.callsFor("key-0000000000000005")); n != 3 {
@@ -367,7 +368,7 @@ func TestRequestReplyOnlyToTheRequestersInbox(t *testing.T) {
 		if _, err := f.js.PublishMsg(t.Context(), msg); err != nil {
 			t.Fatal(err)
 		}
-		f.wantRejection(t, rejections, CodeReplySubjectForbidden)
+		f.wantRejection(t, rejections, codes.ReplySubjectForbidden)
 		f.settled(t)
 		if n := len(h.callsFor(key)); n != 0 {
 			t.Fatalf("request with reply subject %q handled %d times", target, n)
@@ -422,7 +423,7 @@ func TestRequestIDsAreQualifiedByPrincipal(t *testing.T) {
 		if _, err := f.js.PublishMsg(t.Context(), msg); err != nil {
 			t.Fatal(err)
 		}
-		f.wantRejection(t, rejections, CodeMsgIDNotQualified)
+		f.wantRejection(t, rejections, codes.MsgIDNotQualified)
 	}
 	f.settled(t)
 	h.mu.Lock()

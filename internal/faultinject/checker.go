@@ -43,14 +43,6 @@ var AllInvariants = []string{InvAckedKeyOneJob, InvAckNamesTheJob, InvNoJobWitho
 	InvSucceededRows, InvNoRowsUnlessSuccess, InvOutcome, InvPublished, InvOneTerminalEvent,
 	InvOutboxDrained, InvClaimQueueEmpty, InvAnswers, InvEveryKeyAcknowledged, InvNoUnexpectedExit}
 
-// Terminal failure codes the checker knows.
-const (
-	codeExhausted      = codes.WorkerAttemptsExhausted
-	codeDiagnosticFail = codes.DiagnosticRequestedFailure
-	codeUnavailable    = codes.TargetUnavailable
-	codeCancelledOwner = codes.CancelledByOwner
-)
-
 // Report is the checker's result: counts for the log, details for the
 // run directory.
 type Report struct {
@@ -339,7 +331,7 @@ func (c *Checker) checkSubmissions() {
 // lease lost on every attempt (etl_worker_attempts_exhausted) is allowed for
 // any request: the faults can cause it.
 func (c *Checker) checkOutcome(s *Submission, st State, j *jobRow) {
-	if j.status == "FAILED" && j.failure == codeExhausted {
+	if j.status == "FAILED" && j.failure == codes.WorkerAttemptsExhausted {
 		return
 	}
 	ok := true
@@ -347,13 +339,13 @@ func (c *Checker) checkOutcome(s *Submission, st State, j *jobRow) {
 	case KindETL, KindETLNATS, KindDiagnostic:
 		ok = j.status == "SUCCEEDED"
 	case KindPermanent:
-		ok = j.status == "FAILED" && j.failure == codeDiagnosticFail
+		ok = j.status == "FAILED" && j.failure == codes.DiagnosticRequestedFailure
 	case KindTransient:
-		ok = j.status == "FAILED" && j.failure == codeUnavailable
+		ok = j.status == "FAILED" && j.failure == codes.TargetUnavailable
 	case KindCancel:
 		switch st.CancelAns {
 		case CancelDone:
-			ok = j.status == "CANCELLED" && j.cancel == codeCancelledOwner
+			ok = j.status == "CANCELLED" && j.cancel == codes.CancelledByOwner
 		case CancelSucceeded:
 			ok = j.status == "SUCCEEDED"
 		case CancelFailed:

@@ -174,7 +174,7 @@ func (p *Producers) submitHTTP(pr Principal, s *Submission, rng *rand.Rand) stri
 			p.ledger.acked(s, r.JobRecordID)
 			return r.JobRecordID
 		case status == http.StatusUnprocessableEntity && code == codes.InvalidRecord && s.Kind == KindInvalid:
-			p.ledger.response("http 422 etl_invalid_record")
+			p.ledger.response("http 422 " + codes.InvalidRecord)
 			s.mu.Lock()
 			s.rejected = true
 			s.mu.Unlock()

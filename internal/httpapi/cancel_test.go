@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/etl"
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/lease"
@@ -170,7 +171,7 @@ func TestCancelRunning(t *testing.T) {
 		t.Errorf("lifecycle rows %d", n)
 	}
 	// An expired or superseded holder cannot overwrite CANCELLED either.
-	if err := lease.Fail(ctx, e.pool, c.Ref, "etl_target_failure"); err != lease.ErrLost {
+	if err := lease.Fail(ctx, e.pool, c.Ref, codes.TargetFailure); err != lease.ErrLost {
 		t.Errorf("fail after cancel: %v", err)
 	}
 	if err := lease.Retry(ctx, e.pool, c.Ref, 0); err != lease.ErrLost {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/etl"
 	"github.com/mightyetl/mightyetl/internal/intake"
 )
@@ -86,7 +87,7 @@ func FuzzRequestBody(f *testing.F) {
 			}
 		}
 		if _, err := intake.ParseDiagnostic(got, 50); err != nil {
-			if _, ok := problemTable[intake.CodeOf(err)]; !ok || intake.CodeOf(err) == intake.CodeInternalError {
+			if _, ok := problemTable[intake.CodeOf(err)]; !ok || intake.CodeOf(err) == codes.InternalError {
 				t.Fatalf("diagnostic: unexpected code %q", intake.CodeOf(err))
 			}
 		}

@@ -90,7 +90,7 @@ func (a *api) readBody(w http.ResponseWriter, r *http.Request) (body []byte, rel
 		case errors.Is(err, errBusy):
 			writeBusy(w, r)
 		default:
-			writeProblem(w, r, intake.CodeInvalidJSON) // truncated or broken body
+			writeProblem(w, r, codes.InvalidJSON) // truncated or broken body
 		}
 		return nil, func() {}, false
 	}
@@ -108,7 +108,7 @@ func (a *api) submit(kind string) apiHandler {
 	return func(w http.ResponseWriter, r *http.Request, principal string) {
 		key, _, ok := parseIdempotencyKey(r.Header)
 		if !ok {
-			writeProblem(w, r, intake.CodeInvalidIdempotencyKey)
+			writeProblem(w, r, codes.InvalidIdempotencyKey)
 			return
 		}
 		body, release, ok := a.readBody(w, r)
@@ -191,7 +191,7 @@ func (a *api) writeJob(w http.ResponseWriter, status int, v intake.JobView) {
 func (a *api) status(w http.ResponseWriter, r *http.Request, principal string) {
 	id, ok := parseJobID(r.PathValue("id"))
 	if !ok {
-		writeProblem(w, r, intake.CodeJobNotFound)
+		writeProblem(w, r, codes.JobNotFound)
 		return
 	}
 	job, err := a.opts.Service.Status(r.Context(), principal, id)
@@ -281,24 +281,24 @@ func (a *api) list(w http.ResponseWriter, r *http.Request, principal string) {
 	q := parseQuery(r.URL.RawQuery)
 	req := intake.ListRequest{Principal: principal}
 	if s, present, ok := q.single("limit"); !ok {
-		writeProblem(w, r, intake.CodeInvalidPageLimit)
+		writeProblem(w, r, codes.InvalidPageLimit)
 		return
 	} else if present {
 		n, ok := parseLimit(s)
 		if !ok {
-			writeProblem(w, r, intake.CodeInvalidPageLimit)
+			writeProblem(w, r, codes.InvalidPageLimit)
 			return
 		}
 		req.Limit = n
 	}
 	if s, present, ok := q.single("status"); !ok || (present && !intake.ValidStatus(s)) {
-		writeProblem(w, r, intake.CodeInvalidStatusFilter)
+		writeProblem(w, r, codes.InvalidStatusFilter)
 		return
 	} else {
 		req.Status = s
 	}
 	if s, present, ok := q.single("cursor"); !ok || (present && s == "") {
-		writeProblem(w, r, intake.CodeInvalidPageCursor)
+		writeProblem(w, r, codes.InvalidPageCursor)
 		return
 	} else {
 		req.Cursor = s
@@ -330,12 +330,12 @@ func (a *api) cancel(w http.ResponseWriter, r *http.Request, principal string) {
 	id, ok := parseJobID(r.PathValue("id"))
 	if !ok {
 		a.opts.Service.CountCancelNotFound()
-		writeProblem(w, r, intake.CodeJobNotFound)
+		writeProblem(w, r, codes.JobNotFound)
 		return
 	}
 	key, _, ok := parseIdempotencyKey(r.Header)
 	if !ok {
-		writeProblem(w, r, intake.CodeCancellationKeyRequired)
+		writeProblem(w, r, codes.CancellationKeyRequired)
 		return
 	}
 	res, err := a.opts.Service.Cancel(r.Context(), intake.CancelRequest{
@@ -376,11 +376,11 @@ func (a *api) replay(w http.ResponseWriter, r *http.Request, principal string) {
 // call it when done with body.
 func (a *api) readReplay(w http.ResponseWriter, r *http.Request) (id uuid.UUID, key string, body []byte, release func(), ok bool) {
 	if id, ok = parseJobID(r.PathValue("id")); !ok {
-		writeProblem(w, r, intake.CodeJobNotFound)
+		writeProblem(w, r, codes.JobNotFound)
 		return uuid.Nil, "", nil, func() {}, false
 	}
 	if key, _, ok = parseIdempotencyKey(r.Header); !ok {
-		writeProblem(w, r, intake.CodeReplayKeyRequired)
+		writeProblem(w, r, codes.ReplayKeyRequired)
 		return uuid.Nil, "", nil, func() {}, false
 	}
 	body, release, ok = a.readBody(w, r)
@@ -392,7 +392,7 @@ func (a *api) readReplay(w http.ResponseWriter, r *http.Request) (id uuid.UUID, 
 func (a *api) process(w http.ResponseWriter, r *http.Request, principal string) {
 	key, present, ok := parseIdempotencyKey(r.Header)
 	if present && !ok {
-		writeProblem(w, r, intake.CodeInvalidIdempotencyKey)
+		writeProblem(w, r, codes.InvalidIdempotencyKey)
 		return
 	}
 	body, release, ok := a.readBody(w, r)
@@ -407,7 +407,7 @@ func (a *api) process(w http.ResponseWriter, r *http.Request, principal string) 
 	case a.processSlots <- struct{}{}:
 		defer func() { <-a.processSlots }()
 	case <-r.Context().Done():
-		writeProblem(w, r, intake.CodeTargetUnavailable)
+		writeProblem(w, r, codes.TargetUnavailable)
 		return
 	}
 	res, err := a.opts.Service.Process(r.Context(), intake.ProcessRequest{

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/mightyetl/mightyetl/internal/auth"
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/pg"
@@ -199,7 +200,7 @@ func TestConditionalPolling(t *testing.T) {
 }
 
 func pgFail(e *env, c lease.Claim) error {
-	return lease.Fail(context.Background(), e.pool, c.Ref, "etl_target_failure")
+	return lease.Fail(context.Background(), e.pool, c.Ref, codes.TargetFailure)
 }
 
 func intakeScope(principal string) string { return auth.ScopeHash(testHashKey, principal) }

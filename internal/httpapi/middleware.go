@@ -11,7 +11,6 @@ import (
 
 	"github.com/mightyetl/mightyetl/internal/auth"
 	"github.com/mightyetl/mightyetl/internal/codes"
-	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 )
 
@@ -97,7 +96,7 @@ func (a *api) authenticated(h apiHandler) http.Handler {
 			w.Header().Set("WWW-Authenticate", a.opts.Authenticator.Challenge())
 			code := codes.AuthenticationRequired
 			if errors.Is(err, auth.ErrPrincipalUnusable) {
-				code = intake.CodePrincipalRequired
+				code = codes.PrincipalRequired
 			}
 			writeProblem(w, r, code)
 			return

@@ -104,7 +104,7 @@ func toOpsJob(j pg.OpsJob) opsJob {
 func (a *api) opsOverview(w http.ResponseWriter, r *http.Request, _ console.Operator) {
 	o, err := a.opts.Console.Overview(r.Context())
 	if err != nil {
-		writeProblem(w, r, intake.CodeTargetUnavailable)
+		writeProblem(w, r, codes.TargetUnavailable)
 		return
 	}
 	if o.Outcomes == nil {
@@ -124,7 +124,7 @@ func (a *api) opsJobs(w http.ResponseWriter, r *http.Request, _ console.Operator
 	}
 	page, err := a.opts.Console.Jobs(r.Context(), f)
 	if err != nil {
-		writeProblem(w, r, intake.CodeTargetUnavailable)
+		writeProblem(w, r, codes.TargetUnavailable)
 		return
 	}
 	out := struct {
@@ -145,16 +145,16 @@ func (a *api) opsJobs(w http.ResponseWriter, r *http.Request, _ console.Operator
 func (a *api) opsJob(w http.ResponseWriter, r *http.Request, _ console.Operator) {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
-		writeProblem(w, r, intake.CodeJobNotFound)
+		writeProblem(w, r, codes.JobNotFound)
 		return
 	}
 	d, err := a.opts.Console.Detail(r.Context(), id)
 	if errors.Is(err, pg.ErrNotFound) {
-		writeProblem(w, r, intake.CodeJobNotFound)
+		writeProblem(w, r, codes.JobNotFound)
 		return
 	}
 	if err != nil {
-		writeProblem(w, r, intake.CodeTargetUnavailable)
+		writeProblem(w, r, codes.TargetUnavailable)
 		return
 	}
 	type lineage struct {
@@ -187,7 +187,7 @@ func (a *api) opsJob(w http.ResponseWriter, r *http.Request, _ console.Operator)
 func (a *api) opsWorkers(w http.ResponseWriter, r *http.Request, _ console.Operator) {
 	f, err := a.opts.Console.Fleet(r.Context())
 	if err != nil {
-		writeProblem(w, r, intake.CodeTargetUnavailable)
+		writeProblem(w, r, codes.TargetUnavailable)
 		return
 	}
 	for i := range f.Workers {

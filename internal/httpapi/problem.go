@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/mightyetl/mightyetl/internal/codes"
-	"github.com/mightyetl/mightyetl/internal/intake"
 )
 
 // problemSpec is one row of the problem table.
@@ -19,39 +18,39 @@ type problemSpec struct {
 // problemTable is the one mapping from errorCode to status, title and fixed
 // detail. Nothing else decides a problem's status or text.
 var problemTable = map[string]problemSpec{
-	intake.CodeInvalidJSON:               {400, "Invalid JSON", "The request body must be a JSON array of records without duplicate member names."},
-	intake.CodeInvalidIdempotencyKey:     {400, "Invalid idempotency key", "Send an Idempotency-Key of 16 to 128 characters from [A-Za-z0-9._:-], raw or as a quoted structured-field string."},
-	codes.AuthenticationRequired:         {401, "Unauthorized", "Valid credentials are required."},
-	intake.CodePrincipalRequired:         {401, "Principal required", "The credentials do not name a usable principal."},
-	codes.PayloadTooLarge:                {413, "Payload too large", "The request body exceeds the configured size limit."},
-	intake.CodeBatchTooLarge:             {413, "Batch too large", "The request holds more records than the configured limit."},
-	intake.CodeInvalidRecord:             {422, "Invalid record", "A record, record id, field name or AMOUNT value is invalid."},
-	intake.CodeSubmissionKeyReused:       {422, "Submission key reused", "This Idempotency-Key was already used with a different request body."},
-	intake.CodeIdempotencyKeyReused:      {422, "Idempotency key reused", "This Idempotency-Key was already used with a different request body."},
-	intake.CodeInvalidPageLimit:          {400, "Invalid page limit", "limit must be a canonical decimal integer from 1 to 100."},
-	intake.CodeInvalidPageCursor:         {400, "Invalid page cursor", "cursor must be a nextCursor value returned to the same caller."},
-	intake.CodeInvalidStatusFilter:       {400, "Invalid status filter", "status must be one of PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED."},
-	intake.CodeCancellationKeyRequired:   {400, "Cancellation key required", "Send an Idempotency-Key of 16 to 128 characters from [A-Za-z0-9._:-] to cancel a job."},
-	intake.CodeCancellationKeyReused:     {422, "Cancellation key reused", "The job was already cancelled with a different Idempotency-Key."},
-	intake.CodeAlreadySucceeded:          {409, "Job already succeeded", "The job succeeded before it could be cancelled."},
-	intake.CodeAlreadyFailed:             {409, "Job already failed", "The job failed before it could be cancelled."},
-	intake.CodeReplayKeyRequired:         {400, "Replay key required", "Send an Idempotency-Key of 16 to 128 characters from [A-Za-z0-9._:-] to replay a job."},
-	intake.CodeReplayKeyReused:           {422, "Replay key reused", "This Idempotency-Key was already used to replay another job or with a different body."},
-	intake.CodeReplayPayloadMismatch:     {422, "Replay payload mismatch", "The request body must be the byte-identical original payload of the job being replayed."},
-	intake.CodeReplaySourceActive:        {409, "Replay source active", "The job is still PENDING or RUNNING; only a FAILED or CANCELLED job can be replayed."},
-	intake.CodeReplaySourceSucceeded:     {409, "Replay source succeeded", "The job succeeded; only a FAILED or CANCELLED job can be replayed."},
-	intake.CodeReplayGenerationExhausted: {409, "Replay generation exhausted", "The job is the 100th replay of its chain and cannot be replayed again."},
-	intake.CodeJobNotFound:               {404, "Job not found", "No such job exists for the caller."},
-	codes.RouteNotFound:                  {404, "Not found", "No such resource."},
-	codes.MethodNotAllowed:               {405, "Method not allowed", "The resource does not support this method."},
-	codes.UnsupportedMediaType:           {415, "Unsupported media type", "A request body must be sent with Content-Type: application/json."},
-	codes.ServerBusy:                     {503, "Server busy", "The server holds as many request bodies as it is configured to; retry after Retry-After seconds with the same Idempotency-Key and body."},
-	intake.CodeTargetUnavailable:         {503, "Target unavailable", "The database is unavailable; retry with backoff using the same Idempotency-Key and body."},
-	intake.CodeInternalError:             {500, "Internal error", "The request could not be completed."},
-	codes.AuthenticationRateLimited:      {429, "Too many login attempts", "Too many failed or waiting logins from this address; retry after Retry-After seconds."},
-	codes.AuthenticationOverloaded:       {503, "Authentication overloaded", "Password verification is at capacity; retry after Retry-After seconds."},
-	codes.OperatorRequired:               {403, "Operator required", "This resource is for operators (MIGHTYETL_OPERATOR_PRINCIPALS or the JWT operator claim)."},
-	codes.OpsInvalidFilter:               {400, "Invalid filter", "state, kind, code, from, to, before or limit has an unknown value."},
+	codes.InvalidJSON:               {400, "Invalid JSON", "The request body must be a JSON array of records without duplicate member names."},
+	codes.InvalidIdempotencyKey:     {400, "Invalid idempotency key", "Send an Idempotency-Key of 16 to 128 characters from [A-Za-z0-9._:-], raw or as a quoted structured-field string."},
+	codes.AuthenticationRequired:    {401, "Unauthorized", "Valid credentials are required."},
+	codes.PrincipalRequired:         {401, "Principal required", "The credentials do not name a usable principal."},
+	codes.PayloadTooLarge:           {413, "Payload too large", "The request body exceeds the configured size limit."},
+	codes.BatchTooLarge:             {413, "Batch too large", "The request holds more records than the configured limit."},
+	codes.InvalidRecord:             {422, "Invalid record", "A record, record id, field name or AMOUNT value is invalid."},
+	codes.SubmissionKeyReused:       {422, "Submission key reused", "This Idempotency-Key was already used with a different request body."},
+	codes.IdempotencyKeyReused:      {422, "Idempotency key reused", "This Idempotency-Key was already used with a different request body."},
+	codes.InvalidPageLimit:          {400, "Invalid page limit", "limit must be a canonical decimal integer from 1 to 100."},
+	codes.InvalidPageCursor:         {400, "Invalid page cursor", "cursor must be a nextCursor value returned to the same caller."},
+	codes.InvalidStatusFilter:       {400, "Invalid status filter", "status must be one of PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED."},
+	codes.CancellationKeyRequired:   {400, "Cancellation key required", "Send an Idempotency-Key of 16 to 128 characters from [A-Za-z0-9._:-] to cancel a job."},
+	codes.CancellationKeyReused:     {422, "Cancellation key reused", "The job was already cancelled with a different Idempotency-Key."},
+	codes.AlreadySucceeded:          {409, "Job already succeeded", "The job succeeded before it could be cancelled."},
+	codes.AlreadyFailed:             {409, "Job already failed", "The job failed before it could be cancelled."},
+	codes.ReplayKeyRequired:         {400, "Replay key required", "Send an Idempotency-Key of 16 to 128 characters from [A-Za-z0-9._:-] to replay a job."},
+	codes.ReplayKeyReused:           {422, "Replay key reused", "This Idempotency-Key was already used to replay another job or with a different body."},
+	codes.ReplayPayloadMismatch:     {422, "Replay payload mismatch", "The request body must be the byte-identical original payload of the job being replayed."},
+	codes.ReplaySourceActive:        {409, "Replay source active", "The job is still PENDING or RUNNING; only a FAILED or CANCELLED job can be replayed."},
+	codes.ReplaySourceSucceeded:     {409, "Replay source succeeded", "The job succeeded; only a FAILED or CANCELLED job can be replayed."},
+	codes.ReplayGenerationExhausted: {409, "Replay generation exhausted", "The job is the 100th replay of its chain and cannot be replayed again."},
+	codes.JobNotFound:               {404, "Job not found", "No such job exists for the caller."},
+	codes.RouteNotFound:             {404, "Not found", "No such resource."},
+	codes.MethodNotAllowed:          {405, "Method not allowed", "The resource does not support this method."},
+	codes.UnsupportedMediaType:      {415, "Unsupported media type", "A request body must be sent with Content-Type: application/json."},
+	codes.ServerBusy:                {503, "Server busy", "The server holds as many request bodies as it is configured to; retry after Retry-After seconds with the same Idempotency-Key and body."},
+	codes.TargetUnavailable:         {503, "Target unavailable", "The database is unavailable; retry with backoff using the same Idempotency-Key and body."},
+	codes.InternalError:             {500, "Internal error", "The request could not be completed."},
+	codes.AuthenticationRateLimited: {429, "Too many login attempts", "Too many failed or waiting logins from this address; retry after Retry-After seconds."},
+	codes.AuthenticationOverloaded:  {503, "Authentication overloaded", "Password verification is at capacity; retry after Retry-After seconds."},
+	codes.OperatorRequired:          {403, "Operator required", "This resource is for operators (MIGHTYETL_OPERATOR_PRINCIPALS or the JWT operator claim)."},
+	codes.OpsInvalidFilter:          {400, "Invalid filter", "state, kind, code, from, to, before or limit has an unknown value."},
 }
 
 // problemTypePrefix starts every problem type URI.
@@ -72,7 +71,7 @@ type problem struct {
 func problemFor(code, path string) problem {
 	spec, ok := problemTable[code]
 	if !ok {
-		code, spec = intake.CodeInternalError, problemTable[intake.CodeInternalError]
+		code, spec = codes.InternalError, problemTable[codes.InternalError]
 	}
 	return problem{
 		Type:      problemTypePrefix + strings.ReplaceAll(code, "_", "-"),

@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 
-	"github.com/mightyetl/mightyetl/internal/intake"
+	"github.com/mightyetl/mightyetl/internal/codes"
 )
 
 // recoverPanics turns a handler panic into 500 etl_internal_error, one
@@ -34,7 +34,7 @@ func (a *api) recoverPanics(next http.Handler) http.Handler {
 				m.HandlerPanics.WithLabelValues(route).Inc()
 			}
 			a.opts.Logger.LogAttrs(context.WithoutCancel(r.Context()), slog.LevelError, "http handler panic",
-				slog.String("route", route), slog.String("error_class", intake.CodeInternalError))
+				slog.String("route", route), slog.String("error_class", codes.InternalError))
 			if rec, ok := w.(*recorder); ok && rec.status != 0 {
 				panic(http.ErrAbortHandler) // the header is out: abort the response
 			}
@@ -42,7 +42,7 @@ func (a *api) recoverPanics(next http.Handler) http.Handler {
 			h.Set("Cache-Control", "no-store")
 			h.Del("Location")
 			h.Del("Idempotency-Replayed")
-			writeProblem(w, r, intake.CodeInternalError)
+			writeProblem(w, r, codes.InternalError)
 		}()
 		next.ServeHTTP(w, r)
 	})

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mightyetl/mightyetl/internal/auth"
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 	"github.com/mightyetl/mightyetl/internal/testwait"
@@ -183,8 +184,8 @@ func TestVanishedConflictIsRetryable(t *testing.T) {
 		fmt.Errorf("insert jobs: %w", pg.ErrConflictVanished),
 		fmt.Errorf("read ledger entry: %w", pg.ErrConflictVanished),
 	} {
-		if got := CodeOf(storeError(err)); got != CodeTargetUnavailable {
-			t.Errorf("%v: code %s, want %s", err, got, CodeTargetUnavailable)
+		if got := CodeOf(storeError(err)); got != codes.TargetUnavailable {
+			t.Errorf("%v: code %s, want %s", err, got, codes.TargetUnavailable)
 		}
 		if errors.Is(err, pg.ErrNotFound) {
 			t.Errorf("%v reads as not found", err)
@@ -240,8 +241,8 @@ func TestCallerLeavingMidFlushReadsNothingOfTheRound(t *testing.T) {
 	close(release)
 	select {
 	case err := <-left:
-		if err != nil && CodeOf(err) != CodeTargetUnavailable {
-			t.Errorf("caller that left: %v, want its outcome or %s", err, CodeTargetUnavailable)
+		if err != nil && CodeOf(err) != codes.TargetUnavailable {
+			t.Errorf("caller that left: %v, want its outcome or %s", err, codes.TargetUnavailable)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the caller that gave up did not return")

@@ -8,36 +8,10 @@ import (
 	"github.com/mightyetl/mightyetl/internal/pg"
 )
 
-// Stable error codes of the use cases. They are the errorCode values of the
-// HTTP contract; transports map each to their own representation.
-const (
-	CodeInvalidJSON               = etl.CodeInvalidJSON   // body absent, malformed, duplicate members, not an array
-	CodeInvalidRecord             = etl.CodeInvalidRecord // a record, id, field name or AMOUNT is invalid
-	CodeBatchTooLarge             = etl.CodeBatchTooLarge // more records than MIGHTYETL_MAX_BATCH_RECORDS
-	CodeInvalidIdempotencyKey     = codes.InvalidIdempotencyKey
-	CodePrincipalRequired         = codes.PrincipalRequired
-	CodeSubmissionKeyReused       = codes.SubmissionKeyReused
-	CodeIdempotencyKeyReused      = codes.IdempotencyKeyReused
-	CodeJobNotFound               = codes.JobNotFound
-	CodeCancellationKeyRequired   = codes.CancellationKeyRequired
-	CodeCancellationKeyReused     = codes.CancellationKeyReused
-	CodeAlreadySucceeded          = codes.AlreadySucceeded
-	CodeAlreadyFailed             = codes.AlreadyFailed
-	CodeInvalidPageLimit          = codes.InvalidPageLimit
-	CodeInvalidPageCursor         = codes.InvalidPageCursor
-	CodeInvalidStatusFilter       = codes.InvalidStatusFilter
-	CodeReplayKeyRequired         = codes.ReplayKeyRequired
-	CodeReplayKeyReused           = codes.ReplayKeyReused
-	CodeReplayPayloadMismatch     = codes.ReplayPayloadMismatch
-	CodeReplaySourceActive        = codes.ReplaySourceActive
-	CodeReplaySourceSucceeded     = codes.ReplaySourceSucceeded
-	CodeReplayGenerationExhausted = codes.ReplayGenerationExhausted
-	CodeTargetUnavailable         = codes.TargetUnavailable
-	CodeInternalError             = codes.InternalError
-)
-
-// Error is a use-case rejection with a stable Code (one of the Code*
-// constants). Index is the offending record for etl_invalid_record and -1
+// Error is a use-case rejection with a stable Code: one of the problem codes
+// of package codes (codes.InvalidJSON through codes.InternalError), the
+// errorCode values of the HTTP contract, which transports map to their own
+// representation. Index is the offending record for etl_invalid_record and -1
 // otherwise. The cause, if any, is reachable with errors.Unwrap for
 // classification but never part of Error(), which depends only on Code.
 // errors.Is(err, ErrJobNotFound) and the like compare codes.
@@ -63,26 +37,26 @@ func codeError(code string) *Error { return &Error{Code: code, Index: -1} }
 
 // Sentinels for errors.Is.
 var (
-	ErrInvalidIdempotencyKey     = codeError(CodeInvalidIdempotencyKey)
-	ErrPrincipalRequired         = codeError(CodePrincipalRequired)
-	ErrSubmissionKeyReused       = codeError(CodeSubmissionKeyReused)
-	ErrIdempotencyKeyReused      = codeError(CodeIdempotencyKeyReused)
-	ErrJobNotFound               = codeError(CodeJobNotFound)
-	ErrCancellationKeyRequired   = codeError(CodeCancellationKeyRequired)
-	ErrCancellationKeyReused     = codeError(CodeCancellationKeyReused)
-	ErrAlreadySucceeded          = codeError(CodeAlreadySucceeded)
-	ErrAlreadyFailed             = codeError(CodeAlreadyFailed)
-	ErrInvalidPageLimit          = codeError(CodeInvalidPageLimit)
-	ErrInvalidPageCursor         = codeError(CodeInvalidPageCursor)
-	ErrInvalidStatusFilter       = codeError(CodeInvalidStatusFilter)
-	ErrReplayKeyRequired         = codeError(CodeReplayKeyRequired)
-	ErrReplayKeyReused           = codeError(CodeReplayKeyReused)
-	ErrReplayPayloadMismatch     = codeError(CodeReplayPayloadMismatch)
-	ErrReplaySourceActive        = codeError(CodeReplaySourceActive)
-	ErrReplaySourceSucceeded     = codeError(CodeReplaySourceSucceeded)
-	ErrReplayGenerationExhausted = codeError(CodeReplayGenerationExhausted)
-	ErrTargetUnavailable         = codeError(CodeTargetUnavailable)
-	ErrInternal                  = codeError(CodeInternalError)
+	ErrInvalidIdempotencyKey     = codeError(codes.InvalidIdempotencyKey)
+	ErrPrincipalRequired         = codeError(codes.PrincipalRequired)
+	ErrSubmissionKeyReused       = codeError(codes.SubmissionKeyReused)
+	ErrIdempotencyKeyReused      = codeError(codes.IdempotencyKeyReused)
+	ErrJobNotFound               = codeError(codes.JobNotFound)
+	ErrCancellationKeyRequired   = codeError(codes.CancellationKeyRequired)
+	ErrCancellationKeyReused     = codeError(codes.CancellationKeyReused)
+	ErrAlreadySucceeded          = codeError(codes.AlreadySucceeded)
+	ErrAlreadyFailed             = codeError(codes.AlreadyFailed)
+	ErrInvalidPageLimit          = codeError(codes.InvalidPageLimit)
+	ErrInvalidPageCursor         = codeError(codes.InvalidPageCursor)
+	ErrInvalidStatusFilter       = codeError(codes.InvalidStatusFilter)
+	ErrReplayKeyRequired         = codeError(codes.ReplayKeyRequired)
+	ErrReplayKeyReused           = codeError(codes.ReplayKeyReused)
+	ErrReplayPayloadMismatch     = codeError(codes.ReplayPayloadMismatch)
+	ErrReplaySourceActive        = codeError(codes.ReplaySourceActive)
+	ErrReplaySourceSucceeded     = codeError(codes.ReplaySourceSucceeded)
+	ErrReplayGenerationExhausted = codeError(codes.ReplayGenerationExhausted)
+	ErrTargetUnavailable         = codeError(codes.TargetUnavailable)
+	ErrInternal                  = codeError(codes.InternalError)
 )
 
 // fromETL converts an etl rejection to an *Error with the same code.
@@ -91,7 +65,7 @@ func fromETL(err error) error {
 	if errors.As(err, &ee) {
 		return &Error{Code: ee.Code, Index: ee.Index}
 	}
-	return &Error{Code: CodeInternalError, Index: -1, cause: err}
+	return &Error{Code: codes.InternalError, Index: -1, cause: err}
 }
 
 // storeError classifies a database failure by pg.ErrorClass: a transient
@@ -108,9 +82,9 @@ func storeError(err error) error {
 		return err
 	}
 	if pg.IsTransient(err) || pg.ErrorClass(err) == pg.ClassCanceled {
-		return &Error{Code: CodeTargetUnavailable, Index: -1, cause: err}
+		return &Error{Code: codes.TargetUnavailable, Index: -1, cause: err}
 	}
-	return &Error{Code: CodeInternalError, Index: -1, cause: err}
+	return &Error{Code: codes.InternalError, Index: -1, cause: err}
 }
 
 // CodeOf returns the stable code of err: its *Error or *etl.Error code, or
@@ -127,5 +101,5 @@ func CodeOf(err error) string {
 	if errors.As(err, &ee) {
 		return ee.Code
 	}
-	return CodeInternalError
+	return codes.InternalError
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/pg"
 )
 
@@ -22,24 +23,24 @@ func TestStoreErrorAndFlushRetryFollowPGClassification(t *testing.T) {
 		code  string
 		retry bool
 	}{
-		{"serialization_failure", pgErr("40001"), CodeTargetUnavailable, true},
-		{"deadlock_detected", pgErr("40P01"), CodeTargetUnavailable, true},
-		{"conflicting row vanished", fmt.Errorf("insert jobs: %w", pg.ErrConflictVanished), CodeTargetUnavailable, true},
-		{"connection_failure", pgErr("08006"), CodeTargetUnavailable, false},
-		{"too_many_connections", pgErr("53300"), CodeTargetUnavailable, false},
-		{"admin_shutdown", pgErr("57P01"), CodeTargetUnavailable, false},
-		{"statement_timeout", pgErr("57014"), CodeTargetUnavailable, false},
-		{"lock_timeout", pgErr("55P03"), CodeTargetUnavailable, false},
-		{"connection closed", fmt.Errorf("insert jobs: %w", pgconn.ErrConnClosed), CodeTargetUnavailable, false},
-		{"unexpected EOF", fmt.Errorf("insert jobs: %w", io.ErrUnexpectedEOF), CodeTargetUnavailable, false},
-		{"deadline", fmt.Errorf("insert jobs: %w", context.DeadlineExceeded), CodeTargetUnavailable, false},
-		{"caller cancelled", fmt.Errorf("insert jobs: %w", context.Canceled), CodeTargetUnavailable, false},
-		{"unique_violation", pgErr("23505"), CodeInternalError, false},
-		{"check_violation", pgErr("23514"), CodeInternalError, false},
-		{"syntax_error", pgErr("42601"), CodeInternalError, false},
-		{"insufficient_privilege", pgErr("42501"), CodeInternalError, false},
-		{"plain error", errors.New("boom"), CodeInternalError, false},
-		{"use-case error passes through", ErrJobNotFound, CodeJobNotFound, false},
+		{"serialization_failure", pgErr("40001"), codes.TargetUnavailable, true},
+		{"deadlock_detected", pgErr("40P01"), codes.TargetUnavailable, true},
+		{"conflicting row vanished", fmt.Errorf("insert jobs: %w", pg.ErrConflictVanished), codes.TargetUnavailable, true},
+		{"connection_failure", pgErr("08006"), codes.TargetUnavailable, false},
+		{"too_many_connections", pgErr("53300"), codes.TargetUnavailable, false},
+		{"admin_shutdown", pgErr("57P01"), codes.TargetUnavailable, false},
+		{"statement_timeout", pgErr("57014"), codes.TargetUnavailable, false},
+		{"lock_timeout", pgErr("55P03"), codes.TargetUnavailable, false},
+		{"connection closed", fmt.Errorf("insert jobs: %w", pgconn.ErrConnClosed), codes.TargetUnavailable, false},
+		{"unexpected EOF", fmt.Errorf("insert jobs: %w", io.ErrUnexpectedEOF), codes.TargetUnavailable, false},
+		{"deadline", fmt.Errorf("insert jobs: %w", context.DeadlineExceeded), codes.TargetUnavailable, false},
+		{"caller cancelled", fmt.Errorf("insert jobs: %w", context.Canceled), codes.TargetUnavailable, false},
+		{"unique_violation", pgErr("23505"), codes.InternalError, false},
+		{"check_violation", pgErr("23514"), codes.InternalError, false},
+		{"syntax_error", pgErr("42601"), codes.InternalError, false},
+		{"insufficient_privilege", pgErr("42501"), codes.InternalError, false},
+		{"plain error", errors.New("boom"), codes.InternalError, false},
+		{"use-case error passes through", ErrJobNotFound, codes.JobNotFound, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/mightyetl/mightyetl/internal/auth"
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 	"go.uber.org/goleak"
@@ -165,11 +166,11 @@ func TestSubmitRejectsBeforeWriting(t *testing.T) {
 		req  SubmitRequest
 		code string
 	}{
-		{SubmitRequest{Principal: "alice", IdempotencyKey: "short", Body: []byte(body)}, CodeInvalidIdempotencyKey},
-		{SubmitRequest{Principal: " ", IdempotencyKey: "key-00000000000000001", Body: []byte(body)}, CodePrincipalRequired},
-		{SubmitRequest{Principal: "alice", IdempotencyKey: "key-00000000000000001", Body: []byte(`[{"id":"a"},{"id":"b"},{"id":"c"}]`)}, CodeBatchTooLarge},
-		{SubmitRequest{Principal: "alice", IdempotencyKey: "key-00000000000000001", Body: []byte(`[{"id":"a"},{"x":1}]`)}, CodeInvalidRecord},
-		{SubmitRequest{Principal: "alice", IdempotencyKey: "key-00000000000000001", Body: nil}, CodeInvalidJSON},
+		{SubmitRequest{Principal: "alice", IdempotencyKey: "short", Body: []byte(body)}, codes.InvalidIdempotencyKey},
+		{SubmitRequest{Principal: " ", IdempotencyKey: "key-00000000000000001", Body: []byte(body)}, codes.PrincipalRequired},
+		{SubmitRequest{Principal: "alice", IdempotencyKey: "key-00000000000000001", Body: []byte(`[{"id":"a"},{"id":"b"},{"id":"c"}]`)}, codes.BatchTooLarge},
+		{SubmitRequest{Principal: "alice", IdempotencyKey: "key-00000000000000001", Body: []byte(`[{"id":"a"},{"x":1}]`)}, codes.InvalidRecord},
+		{SubmitRequest{Principal: "alice", IdempotencyKey: "key-00000000000000001", Body: nil}, codes.InvalidJSON},
 		{SubmitRequest{Principal: "alice", IdempotencyKey: "key-00000000000000001", Body: []byte(`{}`), Kind: pg.KindDiagnostic}, ""},
 	} {
 		_, err := s.Submit(ctx, tc.req)
@@ -237,17 +238,17 @@ func TestParseDiagnostic(t *testing.T) {
 		t.Fatalf("empty: %+v %v", spec, err)
 	}
 	for in, code := range map[string]string{
-		`{"durationMillis": 1.5}`:                         CodeInvalidJSON,
+		`{"durationMillis": 1.5}`:                         codes.InvalidJSON,
 		`{"durationMillis": 86400000}`:                    "",
-		`{"durationMillis": "1"}`:                         CodeInvalidJSON,
+		`{"durationMillis": "1"}`:                         codes.InvalidJSON,
 		`{"failWith": "permanent"}`:                       "",
-		`{"failWith": 1}`:                                 CodeInvalidJSON,
-		`{"records": {}}`:                                 CodeInvalidJSON,
-		`{"records": [1]}`:                                CodeInvalidRecord,
-		`{"records": [{"id":"a"},{"id":"b"},{"id":"c"}]}`: CodeBatchTooLarge,
-		`{} {}`:                                 CodeInvalidJSON,
-		"\xff":                                  CodeInvalidJSON,
-		`{"records": [{"id":"a","x":1,"x":2}]}`: CodeInvalidJSON,
+		`{"failWith": 1}`:                                 codes.InvalidJSON,
+		`{"records": {}}`:                                 codes.InvalidJSON,
+		`{"records": [1]}`:                                codes.InvalidRecord,
+		`{"records": [{"id":"a"},{"id":"b"},{"id":"c"}]}`: codes.BatchTooLarge,
+		`{} {}`:                                 codes.InvalidJSON,
+		"\xff":                                  codes.InvalidJSON,
+		`{"records": [{"id":"a","x":1,"x":2}]}`: codes.InvalidJSON,
 	} {
 		_, err := ParseDiagnostic([]byte(in), 2)
 		if CodeOf(err) != code {
@@ -263,7 +264,7 @@ func FuzzParseDiagnostic(f *testing.F) {
 		spec, err := ParseDiagnostic(b, 20)
 		if err != nil {
 			var e *Error
-			if !errors.As(err, &e) || e.Code == CodeInternalError {
+			if !errors.As(err, &e) || e.Code == codes.InternalError {
 				t.Fatalf("unexpected error %v", err)
 			}
 			return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -25,7 +26,7 @@ func TestRejectionsAreCountedByCode(t *testing.T) {
 	if _, err := s.Submit(ctx, SubmitRequest{Principal: "alice", IdempotencyKey: "key-accepted-00000001", Body: []byte(body)}); err != nil {
 		t.Fatal(err)
 	}
-	for code, want := range map[string]float64{"etl_invalid_json": 1, CodeInvalidIdempotencyKey: 1} {
+	for code, want := range map[string]float64{codes.InvalidJSON: 1, codes.InvalidIdempotencyKey: 1} {
 		if got := testutil.ToFloat64(m.Rejections.WithLabelValues(code)); got != want {
 			t.Errorf("rejections{code=%s} = %v, want %v", code, got, want)
 		}

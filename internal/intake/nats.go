@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/pg"
 )
 
@@ -42,7 +43,7 @@ func (n NATSRequests) HandleRequest(ctx context.Context, principal, idempotencyK
 		key = key[1 : len(key)-1]
 	}
 	if !ValidKey(key) {
-		return nil, CodeInvalidIdempotencyKey, nil
+		return nil, codes.InvalidIdempotencyKey, nil
 	}
 	kind := n.Kind
 	if kind == "" {
@@ -51,7 +52,7 @@ func (n NATSRequests) HandleRequest(ctx context.Context, principal, idempotencyK
 	res, err := n.Service.Submit(ctx, SubmitRequest{Principal: principal, IdempotencyKey: key, Body: body, Kind: kind})
 	if err != nil {
 		var e *Error
-		if errors.As(err, &e) && e.Code != CodeTargetUnavailable && e.Code != CodeInternalError {
+		if errors.As(err, &e) && e.Code != codes.TargetUnavailable && e.Code != codes.InternalError {
 			return nil, e.Code, nil
 		}
 		return nil, "", err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/pg"
 )
 
@@ -32,7 +33,7 @@ func TestReplayKeyHashIsDomainSeparated(t *testing.T) {
 func TestETagCanonicalString(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
 	id, src, root := uuid.New(), uuid.New(), uuid.New()
-	code := "etl_target_failure"
+	code := codes.TargetFailure
 	tag := func(s string) string {
 		sum := sha256.Sum256([]byte(s))
 		return `W/"` + hex.EncodeToString(sum[:]) + `"`

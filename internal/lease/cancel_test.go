@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
@@ -30,7 +31,7 @@ func TestNoLeaseCanOverwriteCancelled(t *testing.T) {
 		if err := lease.Retry(ctx, pool, c.Ref, 0); !errors.Is(err, lease.ErrLost) {
 			t.Errorf("retry: %v", err)
 		}
-		if err := lease.Fail(ctx, pool, c.Ref, "etl_target_failure"); !errors.Is(err, lease.ErrLost) {
+		if err := lease.Fail(ctx, pool, c.Ref, codes.TargetFailure); !errors.Is(err, lease.ErrLost) {
 			t.Errorf("fail: %v", err)
 		}
 		if err := lease.Release(ctx, pool, c.Ref); !errors.Is(err, lease.ErrLost) {

@@ -66,14 +66,9 @@ type ClaimResult struct {
 	// Claimed are the jobs now leased to the caller, oldest eligible first.
 	Claimed []Claim
 	// Exhausted counts expired leases on their last attempt that this call
-	// moved to FAILED etl_worker_attempts_exhausted instead of claiming.
+	// moved to FAILED codes.WorkerAttemptsExhausted instead of claiming.
 	Exhausted int
 }
-
-// Outcome reason codes written by this package.
-const (
-	CodeAttemptsExhausted = codes.WorkerAttemptsExhausted
-)
 
 // claimSQL takes up to $1 jobs in one statement.
 //
@@ -144,7 +139,7 @@ WITH candidates AS (
 ), exhausted AS (
     UPDATE etl_job_records j
     SET job_status = 'FAILED',
-        failure_code = 'etl_worker_attempts_exhausted',
+        failure_code = '` + codes.WorkerAttemptsExhausted + `',
         request_payload = NULL,
         lease_claim_id = NULL, lease_owner_id = NULL,
         lease_expires_at = NULL, lease_fencing_token = NULL,
@@ -157,7 +152,7 @@ WITH candidates AS (
     WHERE q.job_record_id = ANY(ARRAY(SELECT job_record_id FROM exhausted))
 ), exhausted_events AS (
     INSERT INTO etl_outbox_events (event_kind, job_record_id, job_status, attempt_count, event_code)
-    SELECT 'job_lifecycle', job_record_id, 'FAILED', attempt_count, 'etl_worker_attempts_exhausted'
+    SELECT 'job_lifecycle', job_record_id, 'FAILED', attempt_count, '` + codes.WorkerAttemptsExhausted + `'
     FROM exhausted
 ), claimed AS (
     UPDATE etl_job_records j
@@ -191,7 +186,7 @@ FROM candidates`
 // ClaimJobs claims up to p.Limit eligible jobs for p.OwnerID in one statement:
 // PENDING jobs whose available_at has passed and RUNNING jobs whose lease has
 // expired, oldest eligible first. Expired leases on their last attempt become
-// FAILED etl_worker_attempts_exhausted in the same statement. Each claimed job
+// FAILED codes.WorkerAttemptsExhausted in the same statement. Each claimed job
 // gets a fresh claim id, a new fencing token and attempt_count + 1.
 func ClaimJobs(ctx context.Context, db pg.DBTX, p ClaimParams) (ClaimResult, error) {
 	return claimJobs(ctx, db, claimSQL, p)

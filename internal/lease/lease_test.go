@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
@@ -86,7 +87,7 @@ func TestExpiredLeaseIsReclaimedWithGreaterTokenAndOldTokenIsFenced(t *testing.T
 	if err := lease.Retry(ctx, pool, old.Ref, 0); !errors.Is(err, lease.ErrLost) {
 		t.Errorf("old retry: %v", err)
 	}
-	if err := lease.Fail(ctx, pool, old.Ref, "etl_target_failure"); !errors.Is(err, lease.ErrLost) {
+	if err := lease.Fail(ctx, pool, old.Ref, codes.TargetFailure); !errors.Is(err, lease.ErrLost) {
 		t.Errorf("old fail: %v", err)
 	}
 	if err := lease.Release(ctx, pool, old.Ref); !errors.Is(err, lease.ErrLost) {
@@ -139,7 +140,7 @@ func TestExhaustedAtClaimTime(t *testing.T) {
 	if err := pool.QueryRow(context.Background(), `SELECT job_status, failure_code, request_payload IS NULL FROM etl_job_records WHERE job_record_id=$1`, ids[0]).Scan(&st, &code, &payloadNull); err != nil {
 		t.Fatal(err)
 	}
-	if st != "FAILED" || code != lease.CodeAttemptsExhausted || !payloadNull {
+	if st != "FAILED" || code != codes.WorkerAttemptsExhausted || !payloadNull {
 		t.Fatalf("got %s %s payloadNull=%v", st, code, payloadNull)
 	}
 	var events int
@@ -191,7 +192,7 @@ func TestRenewExtendsOnlyLiveExactLeases(t *testing.T) {
 	if err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error { _, err := pgtest.SucceedOne(ctx, tx, cs[0].Ref); return err }); err != nil {
 		t.Fatal(err)
 	}
-	if err := lease.Fail(ctx, pool, cs[1].Ref, "etl_target_failure"); err != nil {
+	if err := lease.Fail(ctx, pool, cs[1].Ref, codes.TargetFailure); err != nil {
 		t.Fatal(err)
 	}
 	refs := []lease.Ref{cs[0].Ref, cs[1].Ref, cs[2].Ref}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
@@ -74,7 +75,7 @@ func TestEveryTransitionKeepsTheClaimQueueInStep(t *testing.T) {
 	if _, err := pgtest.SucceedOne(ctx, pool, res.Claimed[0].Ref); err != nil {
 		t.Fatal(err)
 	}
-	if err := lease.Fail(ctx, pool, res.Claimed[1].Ref, "etl_target_failure"); err != nil {
+	if err := lease.Fail(ctx, pool, res.Claimed[1].Ref, codes.TargetFailure); err != nil {
 		t.Fatal(err)
 	}
 	if err := lease.Retry(ctx, pool, res.Claimed[2].Ref, time.Hour); err != nil {

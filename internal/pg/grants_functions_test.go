@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
@@ -157,7 +158,7 @@ func TestIntakeRoleRunsEveryGrantedFunction(t *testing.T) {
 					out, err := pg.OperatorCancelJob(ctx, ip, pg.OperatorCancelParams{JobID: id, OperatorScopeHash: operator,
 						CancellationKeyHash: pgtest.SHA("fn-operator-cancel-" + id.String())})
 					if err != nil || !out.Cancelled || out.PreviousStatus != previous || out.Job.CancellationCode == nil ||
-						*out.Job.CancellationCode != pg.CodeCancelledByOperator {
+						*out.Job.CancellationCode != codes.CancelledByOperator {
 						t.Fatalf("operator cancel of a %s job as intake: %+v, %v", previous, out, err)
 					}
 				}

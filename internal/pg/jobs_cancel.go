@@ -5,12 +5,7 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
-
-	"github.com/mightyetl/mightyetl/internal/codes"
 )
-
-// CodeCancelledByOwner is the cancellation_code of an owner's cancellation.
-const CodeCancelledByOwner = codes.CancelledByOwner
 
 // CancelParams identify one cancellation attempt.
 type CancelParams struct {
@@ -60,7 +55,8 @@ const cancelSQL = `SELECT * FROM etl_cancel_job($1, $2, $3)`
 const cancelledStateSQL = `SELECT j.cancellation_key_hash, ` + jobColumns + `
 FROM etl_job_records j WHERE j.job_record_id = $1 AND j.principal_scope_hash = decode($2, 'hex')`
 
-// CancelJob cancels the caller's job when it is PENDING or RUNNING, in one
+// CancelJob cancels the caller's job when it is PENDING or RUNNING (its
+// cancellation_code becomes codes.CancelledByOwner), in one
 // statement on db (a pool: the statement commits on its own; or the caller's
 // transaction). When nothing was cancelled it reads the caller's row to say
 // why: ErrNotFound for an absent or foreign job, otherwise the row with

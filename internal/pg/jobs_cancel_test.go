@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 )
@@ -25,7 +26,7 @@ func TestCancelJob(t *testing.T) {
 	}
 	out, err := pg.CancelJob(ctx, pool, p)
 	if err != nil || !out.Cancelled || out.PreviousStatus != pg.StatusPending || out.Job.Status != pg.StatusCancelled ||
-		out.Job.CancellationCode == nil || *out.Job.CancellationCode != pg.CodeCancelledByOwner {
+		out.Job.CancellationCode == nil || *out.Job.CancellationCode != codes.CancelledByOwner {
 		t.Fatalf("cancel: %+v %v", out, err)
 	}
 	again, err := pg.CancelJob(ctx, pool, p)

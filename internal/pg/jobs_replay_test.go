@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 	"github.com/mightyetl/mightyetl/internal/testwait"
@@ -22,7 +23,7 @@ func setTerminal(t *testing.T, pool *pgxpool.Pool, id uuid.UUID, status string) 
 	t.Helper()
 	var code *string
 	if status == pg.StatusFailed {
-		c := "etl_target_failure"
+		c := codes.TargetFailure
 		code = &c
 	}
 	tag, err := pool.Exec(context.Background(), `UPDATE etl_job_records SET job_status = $2, failure_code = $3,

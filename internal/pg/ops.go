@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/mightyetl/mightyetl/internal/codes"
 )
 
 // The operator console's reads and its cancellation (issue 14). Every read
@@ -24,9 +22,6 @@ import (
 //
 // Lease columns and the payload are read only through the SECURITY DEFINER
 // functions of migration 00010, so the intake role keeps its column grants.
-
-// CodeCancelledByOperator is the cancellation_code of an operator's cancellation.
-const CodeCancelledByOperator = codes.CancelledByOperator
 
 // OpsActiveCap is the most active jobs one console read visits.
 const OpsActiveCap = 10000
@@ -479,7 +474,7 @@ type OperatorCancelParams struct {
 
 // OperatorCancelJob cancels any owner's PENDING or RUNNING job through
 // etl_operator_cancel_job (migration 00010): the same lock, predicates and
-// outbox rows as the owner's cancellation, code etl_job_cancelled_by_operator.
+// outbox rows as the owner's cancellation, code codes.CancelledByOperator.
 // Cancelled is false when the job was not active (or is absent: ErrNotFound).
 func OperatorCancelJob(ctx context.Context, db DBTX, p OperatorCancelParams) (CancelOutcome, error) {
 	var out CancelOutcome

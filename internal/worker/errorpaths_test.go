@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -55,8 +56,8 @@ CREATE TRIGGER reject_marked_rows BEFORE INSERT ON processed_data
 	h.awaitOutcome(t, 60*time.Second, "every job finished", metrics.OutcomeSucceeded, 7)
 	h.awaitOutcome(t, 60*time.Second, "every job finished", metrics.OutcomeFailed, 1)
 	st, attempts, code := jobState(t, pool, ids[0])
-	if st != pg.StatusFailed || attempts != 1 || code == nil || *code != worker.CodeTargetFailure {
-		t.Fatalf("refused job %s attempt %d code %v, want FAILED %s on attempt 1", st, attempts, code, worker.CodeTargetFailure)
+	if st != pg.StatusFailed || attempts != 1 || code == nil || *code != codes.TargetFailure {
+		t.Fatalf("refused job %s attempt %d code %v, want FAILED %s on attempt 1", st, attempts, code, codes.TargetFailure)
 	}
 	if n := pgtest.Count(t, pool, `SELECT count(*) FROM processed_data WHERE job_record_id = $1`, ids[0]); n != 0 {
 		t.Fatalf("refused job has %d target rows, want 0", n)
@@ -261,8 +262,8 @@ func TestJobPastItsMaximumDurationFailsWithJobTimeout(t *testing.T) {
 		t.Fatalf("handler cause %v, want ErrJobTimeout", cause)
 	}
 	h.awaitOutcome(t, 30*time.Second, "job failed", metrics.OutcomeFailed, 1)
-	if st, attempts, code := jobState(t, pool, ids[0]); st != pg.StatusFailed || attempts != 1 || code == nil || *code != worker.CodeJobTimeout {
-		t.Fatalf("job %s attempt %d code %v, want FAILED %s on attempt 1", st, attempts, code, worker.CodeJobTimeout)
+	if st, attempts, code := jobState(t, pool, ids[0]); st != pg.StatusFailed || attempts != 1 || code == nil || *code != codes.JobTimeout {
+		t.Fatalf("job %s attempt %d code %v, want FAILED %s on attempt 1", st, attempts, code, codes.JobTimeout)
 	}
 	if v := testutil.ToFloat64(h.m.JobTimeouts); v != 1 {
 		t.Fatalf("job timeouts %v", v)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mightyetl/mightyetl/client/backoff"
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
@@ -169,7 +170,7 @@ func (e *ExecutorPool) execute(ctx context.Context, r *running) {
 		// out, the attempt ends the job (rerunning it would take as long).
 		e.log.Warn("job ran past its maximum duration; the job fails", "job_kind", c.Kind)
 		outcome = e.fencedWrite(r, metrics.OutcomeFailed, func(ctx context.Context) error {
-			return lease.Fail(ctx, e.db, c.Ref, CodeJobTimeout)
+			return lease.Fail(ctx, e.db, c.Ref, codes.JobTimeout)
 		})
 	case ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrShutdown) && stoppedByCancel(herr):
 		outcome = e.fencedWrite(r, metrics.OutcomeReleased, func(ctx context.Context) error {
@@ -204,12 +205,12 @@ func stoppedByCancel(herr error) bool {
 func (e *ExecutorPool) runHandler(ctx context.Context, c *lease.Claim) (out Output, err error) {
 	h := e.handlers[c.Kind]
 	if h == nil {
-		return Output{}, Permanent(CodeInternalError, errors.New("no handler for job kind"))
+		return Output{}, Permanent(codes.InternalError, errors.New("no handler for job kind"))
 	}
 	defer func() {
 		if p := recover(); p != nil {
 			e.log.Error("handler panicked", "job_kind", c.Kind)
-			out, err = Output{}, Permanent(CodeInternalError, fmt.Errorf("handler panic"))
+			out, err = Output{}, Permanent(codes.InternalError, fmt.Errorf("handler panic"))
 		}
 	}()
 	return h(ctx, c)
@@ -222,9 +223,9 @@ func (e *ExecutorPool) finishFailure(r *running, herr error) string {
 	var fe *Error
 	if !errors.As(herr, &fe) {
 		if isTransientDB(herr) {
-			fe = &Error{Code: CodeTargetUnavailable, Transient: true, Err: herr}
+			fe = &Error{Code: codes.TargetUnavailable, Transient: true, Err: herr}
 		} else {
-			fe = &Error{Code: CodeInternalError, Err: herr}
+			fe = &Error{Code: codes.InternalError, Err: herr}
 		}
 	}
 	if fe.Transient && c.Attempt < c.MaxAttempts {
@@ -235,7 +236,7 @@ func (e *ExecutorPool) finishFailure(r *running, herr error) string {
 	}
 	code := fe.Code
 	if fe.Transient {
-		code = CodeTargetUnavailable
+		code = codes.TargetUnavailable
 	}
 	return e.fencedWrite(r, metrics.OutcomeFailed, func(ctx context.Context) error {
 		return lease.Fail(ctx, e.db, c.Ref, code)
@@ -272,7 +273,7 @@ func (e *ExecutorPool) fencedWrite(r *running, success string, write func(ctx co
 			if success == metrics.OutcomeSucceeded {
 				e.log.Warn("the target refused the job's rows; the job fails", "error_class", pg.ErrorClass(err))
 				return e.fencedWrite(r, metrics.OutcomeFailed, func(ctx context.Context) error {
-					return lease.Fail(ctx, e.db, r.claim.Ref, CodeTargetFailure)
+					return lease.Fail(ctx, e.db, r.claim.Ref, codes.TargetFailure)
 				})
 			}
 			e.log.Warn("fenced write failed; the claim is abandoned to expire", "error_class", pg.ErrorClass(err))

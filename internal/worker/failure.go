@@ -7,16 +7,6 @@ import (
 	"github.com/mightyetl/mightyetl/internal/codes"
 )
 
-// Failure codes the worker writes (contract.md "Worker failure codes").
-const (
-	CodeTargetUnavailable = codes.TargetUnavailable
-	CodeTargetFailure     = codes.TargetFailure
-	CodeIntegrityFailure  = codes.JobIntegrityFailure
-	CodeInternalError     = codes.InternalError
-	// CodeJobTimeout: the attempt ran past MIGHTYETL_MAX_JOB_DURATION.
-	CodeJobTimeout = codes.JobTimeout
-)
-
 // Typed causes a handler's context is cancelled with; read them with
 // context.Cause.
 var (
@@ -33,7 +23,10 @@ var (
 	ErrJobTimeout = errors.New("job ran past its maximum duration")
 )
 
-// Error is a handler failure with a stable code. Transient failures are
+// Error is a handler failure with a stable code. The codes the worker itself
+// writes (contract.md "Worker failure codes") are codes.TargetUnavailable,
+// codes.TargetFailure, codes.JobIntegrityFailure, codes.InternalError,
+// codes.JobTimeout and codes.DiagnosticRequestedFailure. Transient failures are
 // retried with backoff while attempts remain; the others fail the job at once.
 type Error struct {
 	Code      string
@@ -65,5 +58,5 @@ func Permanent(code string, err error) error { return &Error{Code: code, Err: er
 // Transient returns a failure that is retried while attempts remain and fails
 // the job with etl_target_unavailable after the last attempt.
 func Transient(err error) error {
-	return &Error{Code: CodeTargetUnavailable, Transient: true, Err: err}
+	return &Error{Code: codes.TargetUnavailable, Transient: true, Err: err}
 }

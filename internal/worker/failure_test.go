@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+
+	"github.com/mightyetl/mightyetl/internal/codes"
 )
 
 func TestErrorIsMatchesByCode(t *testing.T) {
@@ -14,14 +16,14 @@ func TestErrorIsMatchesByCode(t *testing.T) {
 		target error
 		want   bool
 	}{
-		{"same code", Permanent(CodeTargetFailure, cause), &Error{Code: CodeTargetFailure}, true},
-		{"same code, wrapped", fmt.Errorf("finish: %w", Permanent(CodeTargetFailure, cause)), &Error{Code: CodeTargetFailure}, true},
-		{"transient flag is not compared", Transient(cause), &Error{Code: CodeTargetUnavailable}, true},
-		{"other code", Permanent(CodeTargetFailure, cause), &Error{Code: CodeInternalError}, false},
-		{"the cause still matches", Permanent(CodeTargetFailure, cause), cause, true},
-		{"not an Error", errors.New("x"), &Error{Code: CodeTargetFailure}, false},
-		{"nil target Error", Permanent(CodeTargetFailure, cause), (*Error)(nil), false},
-		{"sentinel cause", Permanent(CodeJobTimeout, ErrJobTimeout), ErrJobTimeout, true},
+		{"same code", Permanent(codes.TargetFailure, cause), &Error{Code: codes.TargetFailure}, true},
+		{"same code, wrapped", fmt.Errorf("finish: %w", Permanent(codes.TargetFailure, cause)), &Error{Code: codes.TargetFailure}, true},
+		{"transient flag is not compared", Transient(cause), &Error{Code: codes.TargetUnavailable}, true},
+		{"other code", Permanent(codes.TargetFailure, cause), &Error{Code: codes.InternalError}, false},
+		{"the cause still matches", Permanent(codes.TargetFailure, cause), cause, true},
+		{"not an Error", errors.New("x"), &Error{Code: codes.TargetFailure}, false},
+		{"nil target Error", Permanent(codes.TargetFailure, cause), (*Error)(nil), false},
+		{"sentinel cause", Permanent(codes.JobTimeout, ErrJobTimeout), ErrJobTimeout, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

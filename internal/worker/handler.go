@@ -36,7 +36,7 @@ func verifyDigest(c *lease.Claim) error {
 	var hexSum [2 * sha256.Size]byte
 	hex.Encode(hexSum[:], sum[:])
 	if string(hexSum[:]) != c.RequestDigest {
-		return Permanent(CodeIntegrityFailure, errors.New("payload digest mismatch"))
+		return Permanent(codes.JobIntegrityFailure, errors.New("payload digest mismatch"))
 	}
 	return nil
 }
@@ -58,7 +58,7 @@ func transform(c *lease.Claim, records []byte, maxRecords int) (Output, error) {
 		if errors.As(err, &ee) {
 			return Output{}, Permanent(ee.Code, err)
 		}
-		return Output{}, Permanent(CodeInternalError, err)
+		return Output{}, Permanent(codes.InternalError, err)
 	}
 	out := Output{Rows: make([]etl.TargetRow, len(rows))}
 	for i, r := range rows {
@@ -77,10 +77,6 @@ func ETLHandler(maxRecords int) Handler {
 	}
 }
 
-// CodeDiagnosticFailure is the failure code of a diagnostic job asked to
-// fail permanently.
-const CodeDiagnosticFailure = codes.DiagnosticRequestedFailure
-
 // DiagnosticHandler waits durationMillis while honouring its context, then
 // loads its records like an ETL job or fails as asked. Canary probes,
 // benchmarks and fault tests use it.
@@ -92,7 +88,7 @@ func DiagnosticHandler(maxRecords int) Handler {
 		// The same parser the intake validated the payload with.
 		spec, err := etl.ParseDiagnostic(payloadView(c), maxRecords)
 		if err != nil {
-			code := etl.CodeInvalidRecord
+			code := codes.InvalidRecord
 			var ee *etl.Error
 			if errors.As(err, &ee) {
 				code = ee.Code
@@ -112,7 +108,7 @@ func DiagnosticHandler(maxRecords int) Handler {
 		case etl.FailWithTransient:
 			return Output{}, Transient(errors.New("diagnostic transient failure"))
 		case etl.FailWithPermanent:
-			return Output{}, Permanent(CodeDiagnosticFailure, errors.New("diagnostic permanent failure"))
+			return Output{}, Permanent(codes.DiagnosticRequestedFailure, errors.New("diagnostic permanent failure"))
 		}
 		return transform(c, spec.Records, maxRecords)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
@@ -251,7 +252,7 @@ func TestRetryOrFailureBeforeRenewalStays(t *testing.T) {
 	if err := lease.Retry(ctx, pool, a.Ref, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if err := lease.Fail(ctx, pool, b.Ref, "etl_target_failure"); err != nil {
+	if err := lease.Fail(ctx, pool, b.Ref, codes.TargetFailure); err != nil {
 		t.Fatal(err)
 	}
 	ren, err := lease.Renew(ctx, pool, "renew-order", []lease.Ref{a.Ref, b.Ref}, time.Hour)
@@ -391,7 +392,7 @@ func TestLostConnectionDuringFinishLosesNoJob(t *testing.T) {
 		t.Fatalf("cuts %d restores %d: the writes did not meet a broken connection", cuts.Load(), restores.Load())
 	}
 	wantJob(t, pool, ids[0], pg.StatusSucceeded, 1)
-	if st, _, code := jobState(t, pool, ids[1]); st != pg.StatusFailed || code == nil || *code != worker.CodeDiagnosticFailure {
+	if st, _, code := jobState(t, pool, ids[1]); st != pg.StatusFailed || code == nil || *code != codes.DiagnosticRequestedFailure {
 		t.Fatalf("job 1: %s %v", st, code)
 	}
 	if n := pgtest.Count(t, pool, `SELECT count(*) FROM processed_data WHERE job_record_id=$1`, ids[0]); n != 3 {

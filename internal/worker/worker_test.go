@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
@@ -366,11 +367,11 @@ func TestFailureCodesAndRetries(t *testing.T) {
 		code     string
 		attempts int
 	}{
-		{"FAILED", "etl_invalid_record", 1},
-		{"FAILED", worker.CodeDiagnosticFailure, 1},
-		{"FAILED", "etl_target_unavailable", 3},
+		{"FAILED", codes.InvalidRecord, 1},
+		{"FAILED", codes.DiagnosticRequestedFailure, 1},
+		{"FAILED", codes.TargetUnavailable, 3},
 		{"SUCCEEDED", "", 1},
-		{"FAILED", "etl_job_integrity_failure", 1},
+		{"FAILED", codes.JobIntegrityFailure, 1},
 	}
 	for i, w := range want {
 		st, attempts, code := jobState(t, pool, ids[i])
@@ -595,7 +596,7 @@ func TestShutdownDoesNotMaskAHandlersOwnFailure(t *testing.T) {
 		pg.KindETLRecords: func(hctx context.Context, _ *lease.Claim) (worker.Output, error) {
 			started <- struct{}{}
 			<-hctx.Done()
-			return worker.Output{}, worker.Permanent("etl_target_failure", errors.New("own failure"))
+			return worker.Output{}, worker.Permanent(codes.TargetFailure, errors.New("own failure"))
 		},
 		pg.KindDiagnostic: func(hctx context.Context, _ *lease.Claim) (worker.Output, error) {
 			started <- struct{}{}
@@ -614,7 +615,7 @@ func TestShutdownDoesNotMaskAHandlersOwnFailure(t *testing.T) {
 	if err := h.w.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if st, attempts, code := jobState(t, pool, failing); st != pg.StatusFailed || attempts != 1 || code == nil || *code != "etl_target_failure" {
+	if st, attempts, code := jobState(t, pool, failing); st != pg.StatusFailed || attempts != 1 || code == nil || *code != codes.TargetFailure {
 		t.Fatalf("failing job %s attempt %d code %v, want FAILED etl_target_failure on attempt 1", st, attempts, code)
 	}
 	wantJob(t, pool, stopping, pg.StatusPending, 0)
