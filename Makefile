@@ -4,7 +4,7 @@ STATICCHECK   ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PROMTOOL      ?= promtool
 BIN           := bin
 
-.PHONY: help run test vet fmtcheck staticcheck unit rules openapi-lint build fmt soak console-screenshots
+.PHONY: help run test hygiene vet fmtcheck staticcheck unit rules openapi-lint build fmt soak console-screenshots
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -12,7 +12,18 @@ help: ## list the targets
 run: ## run the whole system in one process (etlctl dev)
 	$(GO) run ./cmd/etlctl dev
 
-test: fmtcheck vet staticcheck rules openapi-lint unit ## the README's test command: gofmt, vet, staticcheck, rule checks, OpenAPI lint, go test -race
+test: hygiene fmtcheck vet staticcheck rules openapi-lint unit ## the README's test command: hygiene, gofmt, vet, staticcheck, rule checks, OpenAPI lint, go test -race
+
+# A tracked executable over 1 MB is almost always a build output committed by
+# mistake (it bloats every clone for good); the size is the blob's in the index.
+hygiene: ## fail naming every tracked executable file (mode 100755) over 1 MB
+	@bad=$$(git ls-files -s | awk -F '\t' '{ split($$1, f, " "); if (f[1] == "100755") print f[2] "\t" $$2 }' | \
+	  while IFS='	' read -r blob path; do \
+	    if [ "$$(git cat-file -s "$$blob")" -gt 1048576 ]; then echo "  $$path"; fi; \
+	  done); \
+	if [ -n "$$bad" ]; then \
+	  echo "tracked executables over 1 MB (git rm --cached them and add them to .gitignore):"; echo "$$bad"; exit 1; \
+	fi
 
 fmtcheck: ## fail when a Go file is not gofmt-clean
 	@files=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$files" ]; then echo "gofmt needed:"; echo "$$files"; exit 1; fi
