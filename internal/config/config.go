@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -88,6 +89,9 @@ func (l *Loader) String(dst *string, env, flagName, def, usage string, validate 
 }
 
 // Secret registers a string setting whose value never appears in provenance.
+// Unless the flag is set, the value may also come from the file named by
+// the variable env+"_FILE" (trailing whitespace trimmed; source "env"), the
+// way container secrets are mounted; setting both variables is an error.
 func (l *Loader) Secret(dst *string, env, flagName, usage string, validate func(string) error) {
 	l.add(env, flagName, "", usage, true, func(s string) error {
 		if validate != nil {
@@ -167,7 +171,9 @@ func (l *Loader) Parse() error {
 		v, src := e.def, SourceDefault
 		if set[e.flag] {
 			v, src = *e.raw, SourceFlag
-		} else if ev, ok := l.lookup(e.env); ok {
+		} else if ev, ok, err := l.lookupEnv(e); err != nil {
+			return err
+		} else if ok {
 			v, src = ev, SourceEnv
 		} else if e.derive != nil {
 			v, src = e.derive(), SourceDerived
@@ -187,6 +193,31 @@ func (l *Loader) Parse() error {
 func (l *Loader) lookup(env string) (string, bool) {
 	v := l.getenv(env)
 	return v, v != ""
+}
+
+// lookupEnv reads e's variable, or for a secret the file its _FILE
+// variable names. The error never holds the file's content.
+func (l *Loader) lookupEnv(e *entry) (string, bool, error) {
+	v, ok := l.lookup(e.env)
+	if !e.secret {
+		return v, ok, nil
+	}
+	path, fromFile := l.lookup(e.env + "_FILE")
+	switch {
+	case ok && fromFile:
+		return "", false, fmt.Errorf("%s: set either it or %s_FILE, not both", e.env, e.env)
+	case !fromFile:
+		return v, ok, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", false, fmt.Errorf("%s_FILE: %w", e.env, err)
+	}
+	v = strings.TrimRight(string(b), " \t\r\n")
+	if v == "" {
+		return "", false, fmt.Errorf("%s_FILE: %s is empty", e.env, path)
+	}
+	return v, true, nil
 }
 
 // source reports where the setting named env came from after Parse ("" for
