@@ -3,8 +3,15 @@ GO            ?= go
 STATICCHECK   ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PROMTOOL      ?= promtool
 BIN           := bin
+# The build's identity for `make build` and `make image` (internal/buildinfo):
+# `etlctl version` and mightyetl_build_info report them.
+VERSION       ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
+COMMIT        ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+MODIFIED      ?= $(shell if [ -n "$$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then echo true; else echo false; fi)
+BUILDINFO     := github.com/mightyetl/mightyetl/internal/buildinfo
+LDFLAGS       := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) -X $(BUILDINFO).modified=$(MODIFIED)
 
-.PHONY: help run test hygiene vet fmtcheck staticcheck unit rules openapi-lint build fmt soak console-screenshots
+.PHONY: help run test hygiene vet fmtcheck staticcheck unit rules openapi-lint build image fmt soak console-screenshots
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -58,8 +65,11 @@ console-screenshots: ## refresh docs/console/*.png from the console browser test
 soak: ## the fault-injection test for 30 minutes, with RSS and goroutine samples (docs/reliability.md)
 	MIGHTYETL_FAULT_DURATION=30m $(GO) test -count=1 -run TestFaultInjection -timeout 40m -v ./internal/faultinject
 
-build: ## build the binaries into ./bin
-	$(GO) build -o $(BIN)/ ./cmd/...
+build: ## build the binaries into ./bin, stamped with git describe and the commit
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+
+image: ## build the Docker image mightyetl:$(VERSION) with the same stamp
+	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) --build-arg MODIFIED=$(MODIFIED) -t mightyetl:$(VERSION) .
 
 fmt: ## gofmt the tree
 	gofmt -w $$(git ls-files '*.go')

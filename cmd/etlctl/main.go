@@ -6,6 +6,7 @@
 //	etlctl prune                    delete old terminal jobs and ledger rows no replay needs
 //	etlctl dev                      run the whole system in one process (see README)
 //	etlctl jobs <command>           submit, get, list, cancel, replay, wait for and process jobs over the HTTP API
+//	etlctl version                  print the build: version, commit, modified, Go version
 //
 // Settings come from flags and MIGHTYETL_* / DATABASE_URL variables like the
 // other binaries. Exit status 2 means bad usage or configuration.
@@ -26,7 +27,8 @@ const usage = `usage:
   etlctl relay
   etlctl prune [-terminal-jobs-older-than 720h] [-ledger-older-than 720h]
   etlctl dev
-  etlctl jobs submit|get|list|cancel|replay|wait|process   (etlctl jobs --help)`
+  etlctl jobs submit|get|list|cancel|replay|wait|process   (etlctl jobs --help)
+  etlctl version`
 
 func run(args []string) int {
 	if len(args) == 0 {
@@ -46,6 +48,8 @@ func run(args []string) int {
 		return runPrune(args[1:])
 	case "jobs":
 		return runJobs(args[1:])
+	case "version", "-version", "--version":
+		return runVersion(args[1:])
 	case "-h", "--help", "help":
 		fmt.Println(usage)
 		return 0

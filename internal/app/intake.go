@@ -33,10 +33,12 @@ const (
 )
 
 // NewRegistry is a process's Prometheus registry: the Go runtime and
-// process collectors, then whatever the process's parts register.
+// process collectors and mightyetl_build_info, then whatever the process's
+// parts register.
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerBuildInfo(reg)
 	return reg
 }
 

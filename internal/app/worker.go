@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mightyetl/mightyetl/internal/buildinfo"
 	"github.com/mightyetl/mightyetl/internal/config"
 	"github.com/mightyetl/mightyetl/internal/events"
 	"github.com/mightyetl/mightyetl/internal/health"
@@ -22,7 +23,6 @@ import (
 	"github.com/mightyetl/mightyetl/internal/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // WorkerProcess is a whole worker process: its two pools, the Worker, and
@@ -70,14 +70,14 @@ func NewWorkerProcess(ctx context.Context, cfg config.Worker, provenance []confi
 		}
 		return nil, fmt.Errorf("%w (database at %d, binary expects %d)", ErrSchemaBehind, applied, expected)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := NewRegistry()
+	build := buildinfo.Read()
 	m := metrics.NewWorker(reg)
 	metrics.RegisterPools(reg, map[string]*pgxpool.Pool{"exec": exec, "renew": renew})
-	m.ConfigInfo.WithLabelValues(config.Build, strconv.FormatInt(applied, 10), cfg.LeaseDuration.String(),
+	m.ConfigInfo.WithLabelValues(build.Version, strconv.FormatInt(applied, 10), cfg.LeaseDuration.String(),
 		cfg.RenewInterval.String(), cfg.SafetyMargin.String(), strconv.Itoa(cfg.Concurrency),
 		cfg.PollInterval.String(), strconv.Itoa(cfg.MaxAttempts)).Set(1)
-	attrs := []any{"build", config.Build, "schema_version", applied}
+	attrs := []any{"version", build.Version, "commit", build.Commit, "schema_version", applied}
 	for _, s := range provenance {
 		attrs = append(attrs, slog.Group(s.Name, "value", s.Value, "source", string(s.Source)))
 	}

@@ -255,6 +255,3 @@ func (l *Loader) Provenance() []Setting {
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
-
-// Build identifies the running build; set by -ldflags or left as "dev".
-var Build = "dev"
