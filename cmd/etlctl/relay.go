@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/mightyetl/mightyetl/internal/app"
 	"github.com/mightyetl/mightyetl/internal/config"
 	"github.com/mightyetl/mightyetl/internal/natsbridge"
 	"github.com/mightyetl/mightyetl/internal/pg"
@@ -36,7 +37,6 @@ func runRelay(args []string) int {
 		fmt.Fprintln(os.Stderr, "etlctl relay: invalid configuration: NATS_URL: required")
 		return 2
 	}
-	nc.RequestsEnabled = false
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "relay")
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -46,8 +46,12 @@ func runRelay(args []string) int {
 		return 1
 	}
 	defer pool.Close()
-	b := natsbridge.New(natsbridge.Options{NATS: nc, Pool: pool, Name: "mightyetl-relay",
-		Registry: prometheus.NewRegistry(), Log: log})
+	bo := app.BridgeOptions(nc, "mightyetl-relay", 0)
+	// The relay alone: no request consumer, whatever
+	// MIGHTYETL_NATS_REQUESTS_ENABLED says.
+	bo.ConsumeRequests = false
+	bo.Pool, bo.Registry, bo.Log = pool, prometheus.NewRegistry(), log
+	b := natsbridge.New(bo)
 	if err := b.Start(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "etlctl relay: %v\n", err)
 		return 1

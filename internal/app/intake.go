@@ -179,8 +179,9 @@ func NewIntake(cfg config.Intake, pools IntakePools, o IntakeOptions) (*Intake, 
 	if err != nil {
 		return nil, err
 	}
-	bridge := natsbridge.New(natsbridge.Options{NATS: cfg.NATS, Pool: pools.Relay, Service: svc,
-		MaxRequestBytes: cfg.MaxPayloadBytes, Name: o.Name, Registry: reg, Log: log})
+	bo := BridgeOptions(cfg.NATS, o.Name, cfg.MaxPayloadBytes)
+	bo.Pool, bo.Service, bo.Registry, bo.Log = pools.Relay, svc, reg, log
+	bridge := natsbridge.New(bo)
 	if cons != nil {
 		cons.SetRelayState(bridge.RelayState)
 	}

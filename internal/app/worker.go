@@ -114,10 +114,7 @@ func (p *WorkerProcess) connectNATS(ctx context.Context) error {
 		return nil
 	}
 	em := metrics.NewEvents(p.Registry)
-	nc, err := events.Connect(ctx, events.Options{
-		URL: p.cfg.NATS.URL, Name: "mightyetl-worker", CredsFile: p.cfg.NATS.CredsFile,
-		TLSCAFile: p.cfg.NATS.TLSCAFile, TLSCertFile: p.cfg.NATS.TLSCertFile, TLSKeyFile: p.cfg.NATS.TLSKeyFile,
-	}, p.log, em)
+	nc, err := events.Connect(ctx, NATSConn(p.cfg.NATS, "mightyetl-worker"), p.log, em)
 	if err != nil {
 		return fmt.Errorf("connect NATS: %w", err)
 	}

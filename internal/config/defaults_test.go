@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/mightyetl/mightyetl/internal/config"
@@ -74,9 +75,19 @@ func TestWorkerDefaultsAreTheLibraryDefaults(t *testing.T) {
 		{"MIGHTYETL_MAX_JOB_DURATION", c.MaxJobDuration, w.MaxJobDuration},
 		{"MIGHTYETL_MAX_ATTEMPTS (worker and intake)", c.MaxAttempts, intake.Options{}.WithDefaults().MaxAttempts},
 		{"MIGHTYETL_WORKER_POLL_INTERVAL (intake's Retry-After)", c.PollInterval, httpapi.Options{}.WithDefaults().PollInterval},
+		// worker.DefaultOwnerID: host-pid-random; the random part differs.
+		{"MIGHTYETL_WORKER_ID (host-pid)", hostPID(c.WorkerID), hostPID(w.OwnerID)},
 	} {
 		if d.config != d.library {
 			t.Errorf("%s: configuration default %v, library default %v", d.name, d.config, d.library)
 		}
 	}
+}
+
+// hostPID is a worker id without its random part.
+func hostPID(id string) string {
+	if i := strings.LastIndex(id, "-"); i >= 0 {
+		return id[:i]
+	}
+	return id
 }

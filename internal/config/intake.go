@@ -8,30 +8,26 @@ import (
 
 	"github.com/mightyetl/mightyetl/internal/auth"
 	"github.com/mightyetl/mightyetl/internal/console"
+	"github.com/mightyetl/mightyetl/internal/httpapi"
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/worker"
 )
 
-// Payload limits (MIGHTYETL_MAX_PAYLOAD_BYTES): default 1 MiB, ceiling 64 MiB.
+// Bounds of intake settings that are configuration's own (a setting's
+// default and ceiling that a part applies are that part's constants, named
+// at registration: intake.DefaultMaxPayloadBytes, httpapi.DefaultAddr, ...).
 const (
-	DefaultMaxPayloadBytes = intake.DefaultMaxPayloadBytes
-	MaxPayloadBytesCeiling = intake.MaxPayloadBytesCeiling
-	// DefaultMaxInFlightBytes and MaxInFlightBytesCeiling bound
-	// MIGHTYETL_INTAKE_MAX_INFLIGHT_BYTES (64 MiB, 1 GiB).
-	DefaultMaxInFlightBytes = 64 << 20
+	// MaxInFlightBytesCeiling is the highest accepted
+	// MIGHTYETL_INTAKE_MAX_INFLIGHT_BYTES: 1 GiB (default
+	// httpapi.DefaultMaxInFlightBytes).
 	MaxInFlightBytesCeiling = 1 << 30
 	// MinPrincipalHashKeyBytes is the shortest accepted MIGHTYETL_PRINCIPAL_HASH_KEY.
 	MinPrincipalHashKeyBytes = 32
 )
 
-// Intake defaults that belong to no library struct (the others are the
-// library's own Default* constants, named at registration).
+// Intake defaults that belong to no part's options (the others are the
+// parts' own Default* constants, named at registration).
 const (
-	// DefaultHTTPAddr is MIGHTYETL_HTTP_ADDR's default (httpapi.DefaultAddr).
-	DefaultHTTPAddr = "127.0.0.1:8080"
-	// DefaultWorkerPollInterval is MIGHTYETL_WORKER_POLL_INTERVAL's default
-	// (httpapi.DefaultPollInterval derives Retry-After from it).
-	DefaultWorkerPollInterval = worker.DefaultPollInterval
 	// DefaultShutdownGrace is MIGHTYETL_SHUTDOWN_GRACE_PERIOD's default.
 	DefaultShutdownGrace = 30 * time.Second
 	// DefaultIntakeStatementTimeout is MIGHTYETL_INTAKE_STATEMENT_TIMEOUT's
@@ -71,7 +67,7 @@ type Intake struct {
 // RegisterIntake registers every intake setting on l into dst.
 func RegisterIntake(l *Loader, dst *Intake) {
 	l.String(&dst.DatabaseURL, "DATABASE_URL", "database-url", DefaultDatabaseURL, "PostgreSQL URL", nonEmpty)
-	l.String(&dst.HTTPAddr, "MIGHTYETL_HTTP_ADDR", "http-addr", DefaultHTTPAddr, "HTTP listen address", nonEmpty)
+	l.String(&dst.HTTPAddr, "MIGHTYETL_HTTP_ADDR", "http-addr", httpapi.DefaultAddr, "HTTP listen address", nonEmpty)
 	var mode string
 	l.String(&mode, "MIGHTYETL_AUTH_MODE", "auth-mode", string(auth.ModeDeny), "authentication: deny, basic or jwt", func(s string) error {
 		m, err := auth.ParseMode(s)
@@ -86,13 +82,13 @@ func RegisterIntake(l *Loader, dst *Intake) {
 	l.String(&dst.JWTAudience, "MIGHTYETL_JWT_AUDIENCE", "jwt-audience", "", "required aud (jwt mode)", nil)
 	l.String(&dst.JWTJWKSFile, "MIGHTYETL_JWT_JWKS_FILE", "jwt-jwks-file", "", "JWK Set of verification keys (jwt mode)", nil)
 	l.Secret(&dst.PrincipalHashKey, "MIGHTYETL_PRINCIPAL_HASH_KEY", "principal-hash-key", "key of principal_scope_hash (at least 32 bytes)", nil)
-	l.Int(&dst.MaxPayloadBytes, "MIGHTYETL_MAX_PAYLOAD_BYTES", "max-payload-bytes", DefaultMaxPayloadBytes, 1, MaxPayloadBytesCeiling, "request body limit in bytes")
+	l.Int(&dst.MaxPayloadBytes, "MIGHTYETL_MAX_PAYLOAD_BYTES", "max-payload-bytes", intake.DefaultMaxPayloadBytes, 1, intake.MaxPayloadBytesCeiling, "request body limit in bytes")
 	l.Int(&dst.MaxBatchRecords, "MIGHTYETL_MAX_BATCH_RECORDS", "max-batch-records", intake.DefaultMaxBatchRecords, 1, 100000, "records per request")
 	l.Int(&dst.MaxAttempts, "MIGHTYETL_MAX_ATTEMPTS", "max-attempts", intake.DefaultMaxAttempts, 1, 100, "attempts per job")
 	l.Bool(&dst.DiagnosticJobsEnabled, "MIGHTYETL_DIAGNOSTIC_JOBS_ENABLED", "diagnostic-jobs", false, "serve POST /api/etl/diagnostic-jobs")
-	l.Duration(&dst.WorkerPollInterval, "MIGHTYETL_WORKER_POLL_INTERVAL", "poll-interval", DefaultWorkerPollInterval, 10*time.Millisecond, time.Hour, "worker poll interval (Retry-After hint)")
+	l.Duration(&dst.WorkerPollInterval, "MIGHTYETL_WORKER_POLL_INTERVAL", "poll-interval", worker.DefaultPollInterval, 10*time.Millisecond, time.Hour, "worker poll interval (Retry-After hint)")
 	l.Duration(&dst.ShutdownGrace, "MIGHTYETL_SHUTDOWN_GRACE_PERIOD", "shutdown-grace", DefaultShutdownGrace, 0, time.Hour, "wait for in-flight requests on shutdown")
-	l.Int(&dst.MaxInFlightBytes, "MIGHTYETL_INTAKE_MAX_INFLIGHT_BYTES", "max-inflight-bytes", DefaultMaxInFlightBytes, 1, MaxInFlightBytesCeiling, "request body bytes held at once across requests (503 etl_server_busy beyond)")
+	l.Int(&dst.MaxInFlightBytes, "MIGHTYETL_INTAKE_MAX_INFLIGHT_BYTES", "max-inflight-bytes", httpapi.DefaultMaxInFlightBytes, 1, MaxInFlightBytesCeiling, "request body bytes held at once across requests (503 etl_server_busy beyond)")
 	l.Duration(&dst.StatementTimeout, "MIGHTYETL_INTAKE_STATEMENT_TIMEOUT", "statement-timeout", DefaultIntakeStatementTimeout, 100*time.Millisecond, time.Hour, "statement_timeout of the intake's database pools")
 	l.Int(&dst.PoolSize, "MIGHTYETL_INTAKE_POOL_SIZE", "pool-size", DefaultIntakePoolSize, 2, 1000, "request pool connections (POST /api/etl/process may use half)")
 	l.Bool(&dst.ConsoleEnabled, "MIGHTYETL_CONSOLE_ENABLED", "console", true, "serve the operator console (/console/, /api/ops/)")

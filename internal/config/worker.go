@@ -3,11 +3,8 @@ package config
 import (
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
 	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/worker"
@@ -25,7 +22,7 @@ var ownerIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{8,128}$`)
 // Worker is the worker binary's configuration. Durations are Go syntax.
 type Worker struct {
 	DatabaseURL     string        // DATABASE_URL
-	WorkerID        string        // MIGHTYETL_WORKER_ID, default host-pid-random
+	WorkerID        string        // MIGHTYETL_WORKER_ID, default worker.DefaultOwnerID() (host-pid-random)
 	Concurrency     int           // MIGHTYETL_WORKER_CONCURRENCY, default 8 (1..10000)
 	PollInterval    time.Duration // MIGHTYETL_WORKER_POLL_INTERVAL, default 1s (10ms..1h)
 	LeaseDuration   time.Duration // MIGHTYETL_LEASE_DURATION, default 30s (1s..24h)
@@ -41,23 +38,10 @@ type Worker struct {
 	NATS            NATS          // NATS_URL and friends; empty URL: polling only
 }
 
-// defaultWorkerID is host-pid-random, trimmed to the allowed alphabet.
-func defaultWorkerID() string {
-	host, _ := os.Hostname()
-	clean := regexp.MustCompile(`[^A-Za-z0-9._-]`).ReplaceAllString(host, "")
-	if clean == "" {
-		clean = "worker"
-	}
-	if len(clean) > 64 {
-		clean = clean[:64]
-	}
-	return fmt.Sprintf("%s-%d-%s", clean, os.Getpid(), uuid.NewString()[:8])
-}
-
 // RegisterWorker registers every worker setting on l into dst.
 func RegisterWorker(l *Loader, dst *Worker) {
 	l.String(&dst.DatabaseURL, "DATABASE_URL", "database-url", DefaultDatabaseURL, "PostgreSQL URL", nonEmpty)
-	l.String(&dst.WorkerID, "MIGHTYETL_WORKER_ID", "worker-id", defaultWorkerID(), "lease owner id [A-Za-z0-9._:-]{8,128}", func(s string) error {
+	l.String(&dst.WorkerID, "MIGHTYETL_WORKER_ID", "worker-id", worker.DefaultOwnerID(), "lease owner id [A-Za-z0-9._:-]{8,128}", func(s string) error {
 		if !ownerIDPattern.MatchString(s) {
 			return errors.New("must match [A-Za-z0-9._:-]{8,128}")
 		}

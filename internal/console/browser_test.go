@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -29,7 +28,6 @@ import (
 	"github.com/mightyetl/mightyetl/internal/app"
 	"github.com/mightyetl/mightyetl/internal/app/apptest"
 	"github.com/mightyetl/mightyetl/internal/auth"
-	"github.com/mightyetl/mightyetl/internal/config"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 	"github.com/mightyetl/mightyetl/internal/testwait"
@@ -103,7 +101,6 @@ func startStack(t *testing.T) *stack {
 	}
 	getenv := func(k string) string { return env[k] }
 	ctx := context.Background()
-	log := slog.New(slog.DiscardHandler)
 	// The API alone (no NATS bridge).
 	in := apptest.Intake(t, getenv, "console-test")
 	srv := in.Server
@@ -111,22 +108,10 @@ func startStack(t *testing.T) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
-	wcfg, wl, err := config.LoadWorker(nil, getenv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wp, err := app.NewWorkerProcess(ctx, wcfg, wl.Provenance(), false, log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	wp := apptest.WorkerProcess(t, getenv)
 	if err := wp.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_ = wp.Stop(c)
-	})
 	transport := &http.Transport{}
 	t.Cleanup(transport.CloseIdleConnections)
 	return &stack{t: t, base: "http://" + srv.Addr(), pass: pass, worker: wp, pool: pool,

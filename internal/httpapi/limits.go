@@ -7,14 +7,14 @@ import (
 	"sync"
 
 	"github.com/mightyetl/mightyetl/internal/codes"
-	"github.com/mightyetl/mightyetl/internal/config"
 )
 
 // Defaults of the request resource bounds (Options).
 const (
 	// DefaultMaxInFlightBytes is the default budget of request body bytes
-	// held at once across all requests (MIGHTYETL_INTAKE_MAX_INFLIGHT_BYTES).
-	DefaultMaxInFlightBytes = config.DefaultMaxInFlightBytes
+	// held at once across all requests, 64 MiB
+	// (MIGHTYETL_INTAKE_MAX_INFLIGHT_BYTES).
+	DefaultMaxInFlightBytes = 64 << 20
 	// DefaultProcessConcurrency is the default number of POST
 	// /api/etl/process requests that run their transaction at once.
 	DefaultProcessConcurrency = 4

@@ -15,29 +15,22 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mightyetl/mightyetl/internal/auth"
 	"github.com/mightyetl/mightyetl/internal/codes"
-	"github.com/mightyetl/mightyetl/internal/config"
 	"github.com/mightyetl/mightyetl/internal/console"
 	"github.com/mightyetl/mightyetl/internal/health"
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/startstop"
 	"github.com/mightyetl/mightyetl/internal/tracing"
+	"github.com/mightyetl/mightyetl/internal/worker"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Defaults of Options. The limits that are settings are config's, so the
-// two can never disagree.
-const (
-	// DefaultAddr is the listen address (MIGHTYETL_HTTP_ADDR).
-	DefaultAddr = config.DefaultHTTPAddr
-	// DefaultMaxPayloadBytes bounds a request body
-	// (MIGHTYETL_MAX_PAYLOAD_BYTES); MaxPayloadBytesCeiling is its ceiling.
-	DefaultMaxPayloadBytes = config.DefaultMaxPayloadBytes
-	MaxPayloadBytesCeiling = config.MaxPayloadBytesCeiling
-	// DefaultPollInterval is the worker poll interval Retry-After is
-	// derived from (MIGHTYETL_WORKER_POLL_INTERVAL).
-	DefaultPollInterval = config.DefaultWorkerPollInterval
-)
+// DefaultAddr is Options.Addr's default, the listen address
+// (MIGHTYETL_HTTP_ADDR). The other defaults of Options are the constants of
+// the parts they bound: intake.DefaultMaxPayloadBytes,
+// DefaultMaxInFlightBytes, DefaultProcessConcurrency and
+// worker.DefaultPollInterval.
+const DefaultAddr = "127.0.0.1:8080"
 
 // Options configure the HTTP API. Zero values take the defaults noted.
 type Options struct {
@@ -62,8 +55,8 @@ type Options struct {
 	// status, duration, error code) and debug lines for the rest; nil
 	// discards.
 	Logger *slog.Logger
-	// MaxPayloadBytes bounds a request body (1 byte..MaxPayloadBytesCeiling,
-	// MIGHTYETL_MAX_PAYLOAD_BYTES); zero means DefaultMaxPayloadBytes.
+	// MaxPayloadBytes bounds a request body (1 byte..intake.MaxPayloadBytesCeiling,
+	// MIGHTYETL_MAX_PAYLOAD_BYTES); zero means intake.DefaultMaxPayloadBytes.
 	MaxPayloadBytes int64
 	// MaxInFlightBytes bounds the request body bytes held at once across
 	// all requests (MIGHTYETL_INTAKE_MAX_INFLIGHT_BYTES); a body that does
@@ -81,7 +74,7 @@ type Options struct {
 	ProcessConcurrency int
 	// PollInterval is the worker poll interval (MIGHTYETL_WORKER_POLL_INTERVAL);
 	// Retry-After is its ceiling in seconds, at least 1. Zero means
-	// DefaultPollInterval.
+	// worker.DefaultPollInterval.
 	PollInterval time.Duration
 	// DiagnosticJobsEnabled serves POST /api/etl/diagnostic-jobs
 	// (MIGHTYETL_DIAGNOSTIC_JOBS_ENABLED); otherwise it is 404.
@@ -99,8 +92,8 @@ type Options struct {
 
 // WithDefaults returns o with every zero field that has a default set to
 // it: DefaultAddr, auth.NewDeny(), an empty registry, a discarding logger,
-// DefaultMaxPayloadBytes, max(DefaultMaxInFlightBytes, MaxPayloadBytes),
-// DefaultProcessConcurrency and DefaultPollInterval (a non-positive
+// intake.DefaultMaxPayloadBytes, max(DefaultMaxInFlightBytes, MaxPayloadBytes),
+// DefaultProcessConcurrency and worker.DefaultPollInterval (a non-positive
 // concurrency or poll interval counts as zero).
 func (o Options) WithDefaults() Options {
 	o.Addr = cmp.Or(o.Addr, DefaultAddr)
@@ -113,12 +106,12 @@ func (o Options) WithDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	o.MaxPayloadBytes = cmp.Or(o.MaxPayloadBytes, DefaultMaxPayloadBytes) // validate refuses a negative one
+	o.MaxPayloadBytes = cmp.Or(o.MaxPayloadBytes, intake.DefaultMaxPayloadBytes) // validate refuses a negative one
 	if o.MaxInFlightBytes == 0 {
 		o.MaxInFlightBytes = max(DefaultMaxInFlightBytes, o.MaxPayloadBytes)
 	}
 	o.ProcessConcurrency = cmp.Or(max(o.ProcessConcurrency, 0), DefaultProcessConcurrency)
-	o.PollInterval = cmp.Or(max(o.PollInterval, 0), DefaultPollInterval)
+	o.PollInterval = cmp.Or(max(o.PollInterval, 0), worker.DefaultPollInterval)
 	return o
 }
 
@@ -127,8 +120,8 @@ func (o Options) validate() error {
 	if o.Service == nil {
 		return errors.New("httpapi: no intake service")
 	}
-	if o.MaxPayloadBytes < 1 || o.MaxPayloadBytes > MaxPayloadBytesCeiling {
-		return fmt.Errorf("httpapi: max payload bytes %d outside 1..%d", o.MaxPayloadBytes, MaxPayloadBytesCeiling)
+	if o.MaxPayloadBytes < 1 || o.MaxPayloadBytes > intake.MaxPayloadBytesCeiling {
+		return fmt.Errorf("httpapi: max payload bytes %d outside 1..%d", o.MaxPayloadBytes, intake.MaxPayloadBytesCeiling)
 	}
 	if o.MaxInFlightBytes < o.MaxPayloadBytes {
 		return fmt.Errorf("httpapi: max in-flight bytes %d below the payload limit %d", o.MaxInFlightBytes, o.MaxPayloadBytes)

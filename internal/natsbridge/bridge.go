@@ -9,6 +9,7 @@
 package natsbridge
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -18,7 +19,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/mightyetl/mightyetl/internal/config"
 	"github.com/mightyetl/mightyetl/internal/events"
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/metrics"
@@ -26,18 +26,30 @@ import (
 	"github.com/mightyetl/mightyetl/internal/startstop"
 )
 
-// Options configure a Bridge.
+// Options configure a Bridge. The parts' options are theirs: a zero field
+// takes that part's default (events.Options, outbox.Options,
+// events.RequestConsumerOptions); the bridge reads no configuration of
+// its own (internal/app builds Options from the process configuration).
 type Options struct {
-	// NATS is the connection and subject configuration; a NATS_URL that is
-	// not set (NATS.Enabled false) makes a bridge that runs nothing.
-	NATS config.NATS
+	// Conn is the NATS connection: server URL(s), connection name,
+	// credentials and TLS files. An empty Conn.URL makes a bridge that runs
+	// nothing (NATS is not configured).
+	Conn events.Options
+	// SubjectPrefix prefixes every subject and stream name; empty means
+	// events.DefaultPrefix.
+	SubjectPrefix string
+	// Relay tunes the outbox relay.
+	Relay outbox.Options
+	// ConsumeRequests runs the JetStream request consumer; it needs Service.
+	ConsumeRequests bool
+	// Requests tunes the request consumer; its MaxRequestBytes should be
+	// the intake's payload limit.
+	Requests events.RequestConsumerOptions
+	// Pool runs the relay's batches.
 	Pool *pgxpool.Pool
-	// Service receives NATS job requests; nil runs the relay only.
+	// Service receives NATS job requests (with ConsumeRequests) and is
+	// woken by the relay; nil runs the relay only.
 	Service *intake.Service
-	// MaxRequestBytes caps a request message (the intake's payload limit).
-	MaxRequestBytes int
-	// Name identifies the connection in NATS monitoring.
-	Name string
 	// Registry receives the events and outbox metrics at Start (only when
 	// NATS is configured); nil registers nothing.
 	Registry prometheus.Registerer
@@ -60,13 +72,16 @@ type Bridge struct {
 }
 
 // New returns the bridge of o, not yet connected.
-func New(o Options) *Bridge { return &Bridge{o: o} }
+func New(o Options) *Bridge {
+	o.SubjectPrefix = cmp.Or(o.SubjectPrefix, events.DefaultPrefix)
+	return &Bridge{o: o}
+}
 
-// Enabled reports whether NATS is configured (NATS_URL set); a bridge that
-// is not runs nothing.
-func (b *Bridge) Enabled() bool { return b != nil && b.o.NATS.Enabled() }
+// Enabled reports whether NATS is configured (Options.Conn.URL set); a
+// bridge that is not runs nothing.
+func (b *Bridge) Enabled() bool { return b != nil && b.o.Conn.URL != "" }
 
-// Start connects and starts the relay and, when NATS.RequestsEnabled and
+// Start connects and starts the relay and, when ConsumeRequests and
 // Service is set, the request consumer. Without NATS configured it starts
 // nothing and returns nil. An error leaves nothing running (the bridge is
 // then stopped); a second Start returns startstop.ErrAlreadyStarted, a
@@ -77,17 +92,15 @@ func (b *Bridge) Start(ctx context.Context) error {
 
 func (b *Bridge) start(ctx context.Context) (startstop.StopFunc, error) {
 	o := b.o
-	if !o.NATS.Enabled() {
+	if !b.Enabled() {
 		return func(context.Context) error { return nil }, nil
 	}
 	em := metrics.NewEvents(o.Registry)
-	nc, err := events.Connect(ctx, events.Options{URL: o.NATS.URL, Name: o.Name, CredsFile: o.NATS.CredsFile,
-		TLSCAFile: o.NATS.TLSCAFile, TLSCertFile: o.NATS.TLSCertFile, TLSKeyFile: o.NATS.TLSKeyFile}, o.Log, em)
+	nc, err := events.Connect(ctx, o.Conn, o.Log, em)
 	if err != nil {
 		return nil, fmt.Errorf("connect NATS: %w", err)
 	}
-	relay, err := outbox.New(o.Pool, nc, o.NATS.SubjectPrefix, o.Log, metrics.NewOutbox(o.Registry),
-		outbox.Options{PollInterval: o.NATS.OutboxPollInterval, BatchSize: o.NATS.OutboxBatchSize})
+	relay, err := outbox.New(o.Pool, nc, o.SubjectPrefix, o.Log, metrics.NewOutbox(o.Registry), o.Relay)
 	if err == nil {
 		err = relay.Start(ctx)
 	}
@@ -96,11 +109,9 @@ func (b *Bridge) start(ctx context.Context) (startstop.StopFunc, error) {
 		return nil, fmt.Errorf("start outbox relay: %w", err)
 	}
 	var consumer *events.RequestConsumer
-	if o.NATS.RequestsEnabled && o.Service != nil {
-		consumer, err = events.NewRequestConsumer(nc, o.NATS.SubjectPrefix, intake.NATSRequests{Service: o.Service},
-			o.Log, em, events.RequestConsumerOptions{MaxRequestBytes: int32(o.MaxRequestBytes), Concurrency: o.NATS.RequestConcurrency,
-				MaxDeliveries: o.NATS.RequestMaxDeliveries, StreamMaxBytes: int64(o.NATS.RequestsMaxBytes),
-				StreamMaxPerPrincipal: int64(o.NATS.RequestsMaxPerPrincipal)})
+	if o.ConsumeRequests && o.Service != nil {
+		consumer, err = events.NewRequestConsumer(nc, o.SubjectPrefix, intake.NATSRequests{Service: o.Service},
+			o.Log, em, o.Requests)
 		if err == nil {
 			err = consumer.Start(ctx)
 		}
@@ -154,7 +165,7 @@ func (b *Bridge) Stop(ctx context.Context) error {
 
 // RelayState is the outbox relay's NATS state for the operator console:
 // "connected", "disconnected" (also before Start and after Stop), or "not
-// configured" (NATS_URL unset, or a nil Bridge).
+// configured" (no Options.Conn.URL, or a nil Bridge).
 func (b *Bridge) RelayState() string {
 	if !b.Enabled() {
 		return "not configured"

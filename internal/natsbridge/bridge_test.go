@@ -15,11 +15,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
-	"github.com/mightyetl/mightyetl/internal/config"
 	"github.com/mightyetl/mightyetl/internal/events"
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/natsbridge"
 	"github.com/mightyetl/mightyetl/internal/natstest"
+	"github.com/mightyetl/mightyetl/internal/outbox"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 	"github.com/mightyetl/mightyetl/internal/testwait"
@@ -227,8 +227,9 @@ func setup(t *testing.T) bundle {
 func startRequestBridge(t *testing.T, pool *pgxpool.Pool, js jetstream.JetStream, url, prefix, name string) {
 	t.Helper()
 	b := natsbridge.New(natsbridge.Options{
-		NATS: config.NATS{URL: url, SubjectPrefix: prefix, RequestsEnabled: true, OutboxPollInterval: time.Second, OutboxBatchSize: 100},
-		Pool: pool, Service: service(t, pool), MaxRequestBytes: 64 << 10, Name: name,
+		Conn: events.Options{URL: url, Name: name}, SubjectPrefix: prefix, ConsumeRequests: true,
+		Relay: outbox.Options{PollInterval: time.Second, BatchSize: 100}, Requests: events.RequestConsumerOptions{MaxRequestBytes: 64 << 10},
+		Pool: pool, Service: service(t, pool),
 		Registry: prometheus.NewRegistry(),
 	})
 	if err := b.Start(context.Background()); err != nil {
@@ -259,8 +260,9 @@ func TestRelayWokenByItsProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	bridge := natsbridge.New(natsbridge.Options{
-		NATS: config.NATS{URL: b.url, SubjectPrefix: b.prefix, OutboxPollInterval: time.Hour, OutboxBatchSize: 100},
-		Pool: b.pool, Service: svc, Name: "bridge-wake-test", Registry: prometheus.NewRegistry(),
+		Conn: events.Options{URL: b.url, Name: "bridge-wake-test"}, SubjectPrefix: b.prefix,
+		Relay: outbox.Options{PollInterval: time.Hour, BatchSize: 100},
+		Pool:  b.pool, Service: svc, Registry: prometheus.NewRegistry(),
 	})
 	if err := bridge.Start(ctx); err != nil {
 		t.Fatal(err)

@@ -9,9 +9,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/mightyetl/mightyetl/internal/config"
+	"github.com/mightyetl/mightyetl/internal/events"
 	"github.com/mightyetl/mightyetl/internal/natsbridge"
 	"github.com/mightyetl/mightyetl/internal/natstest"
+	"github.com/mightyetl/mightyetl/internal/outbox"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 	"github.com/mightyetl/mightyetl/internal/startstop"
 	"github.com/mightyetl/mightyetl/internal/startstop/startstoptest"
@@ -31,8 +32,9 @@ func TestBridgeStartStop(t *testing.T) {
 	t.Run("Configured", func(t *testing.T) {
 		startstoptest.Stress(t, func(t *testing.T) startstop.Service {
 			return natsbridge.New(natsbridge.Options{
-				NATS: config.NATS{URL: url, SubjectPrefix: prefix, RequestsEnabled: true, OutboxPollInterval: time.Second, OutboxBatchSize: 100},
-				Pool: pool, Service: svc, MaxRequestBytes: 64 << 10, Name: "bridge-startstop-test",
+				Conn: events.Options{URL: url, Name: "bridge-startstop-test"}, SubjectPrefix: prefix, ConsumeRequests: true,
+				Relay: outbox.Options{PollInterval: time.Second, BatchSize: 100}, Requests: events.RequestConsumerOptions{MaxRequestBytes: 64 << 10},
+				Pool: pool, Service: svc,
 			})
 		}, 30*time.Second)
 	})
@@ -64,8 +66,9 @@ func TestBridgeStopKeepsTheConnectionForARequestInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := natsbridge.New(natsbridge.Options{
-		NATS: config.NATS{URL: url, SubjectPrefix: prefix, RequestsEnabled: true, OutboxPollInterval: time.Second, OutboxBatchSize: 100},
-		Pool: pool, Service: service(t, pool), MaxRequestBytes: 64 << 10, Name: "bridge-inflight-test",
+		Conn: events.Options{URL: url, Name: "bridge-inflight-test"}, SubjectPrefix: prefix, ConsumeRequests: true,
+		Relay: outbox.Options{PollInterval: time.Second, BatchSize: 100}, Requests: events.RequestConsumerOptions{MaxRequestBytes: 64 << 10},
+		Pool: pool, Service: service(t, pool),
 	})
 	if err := b.Start(t.Context()); err != nil {
 		t.Fatal(err)

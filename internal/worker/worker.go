@@ -3,7 +3,10 @@ package worker
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"log/slog"
+	"os"
+	"regexp"
 	"time"
 
 	"github.com/google/uuid"
@@ -45,7 +48,7 @@ const (
 // internal tuning.
 type Config struct {
 	// OwnerID identifies this worker in lease_owner_id ([A-Za-z0-9._:-]{8,128});
-	// default "worker-" and a random UUID (MIGHTYETL_WORKER_ID).
+	// empty means a fresh DefaultOwnerID() (MIGHTYETL_WORKER_ID).
 	OwnerID string
 	// Concurrency is the number of execution slots (DefaultConcurrency;
 	// MIGHTYETL_WORKER_CONCURRENCY).
@@ -139,8 +142,28 @@ func (c Config) WithDefaults() Config {
 	c.FinishMaxBytes = cmp.Or(c.FinishMaxBytes, DefaultFinishMaxBytes)
 	c.StatementTimeout = cmp.Or(c.StatementTimeout, StatementTimeout(c.RenewInterval))
 	c.MaxJobDuration = cmp.Or(c.MaxJobDuration, DefaultMaxJobDuration)
-	c.OwnerID = cmp.Or(c.OwnerID, "worker-"+uuid.NewString())
+	if c.OwnerID == "" {
+		c.OwnerID = DefaultOwnerID()
+	}
 	return c
+}
+
+// notOwnerIDHost matches the bytes of a host name DefaultOwnerID drops.
+var notOwnerIDHost = regexp.MustCompile(`[^A-Za-z0-9._-]`)
+
+// DefaultOwnerID returns a new owner id for a worker given none
+// (Config.OwnerID, MIGHTYETL_WORKER_ID): host-pid-random, where host is the
+// host name cut to [A-Za-z0-9._-] and at most 64 bytes ("worker" when
+// nothing is left) and random is eight hex digits of a random UUID, so it
+// always matches [A-Za-z0-9._:-]{8,128}. Every call returns a different id.
+// It is the one default of the worker id.
+func DefaultOwnerID() string {
+	host, _ := os.Hostname()
+	host = notOwnerIDHost.ReplaceAllString(host, "")
+	if host == "" {
+		host = "worker"
+	}
+	return fmt.Sprintf("%s-%d-%s", host[:min(len(host), 64)], os.Getpid(), uuid.NewString()[:8])
 }
 
 // Worker claims and runs durable jobs. It composes four roles, each with its

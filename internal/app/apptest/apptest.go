@@ -1,5 +1,7 @@
-// Package apptest assembles the real intake for tests that serve its HTTP
-// API or run its NATS bridge themselves (behind httptest, or without NATS).
+// Package apptest assembles the real intake and worker processes for tests
+// that serve the intake's HTTP API or run its NATS bridge themselves (behind
+// httptest, or without NATS), from settings given as an environment, so
+// those tests need not import internal/config.
 package apptest
 
 import (
@@ -45,4 +47,28 @@ func Intake(t testing.TB, getenv func(string) string, name string) *app.Intake {
 	}
 	t.Cleanup(func() { _ = in.Service.Stop(context.Background()) })
 	return in
+}
+
+// WorkerProcess loads the worker's configuration from getenv and builds
+// app.WorkerProcess (pools open, schema checked, no metrics listener) with
+// a discarding logger. The caller starts it; it is stopped, within 20
+// seconds, when t ends (also when never started: that closes its pools).
+func WorkerProcess(t testing.TB, getenv func(string) string) *app.WorkerProcess {
+	t.Helper()
+	wcfg, l, err := config.LoadWorker(nil, getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	wp, err := app.NewWorkerProcess(ctx, wcfg, l.Provenance(), false, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = wp.Stop(ctx)
+	})
+	return wp
 }
