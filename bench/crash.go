@@ -64,7 +64,7 @@ func (h *harness) crashRun(ctx context.Context, leaseDur time.Duration) (Result,
 	if err != nil {
 		return res, err
 	}
-	defer a.kill()
+	defer a.Kill()
 	held := func(owner string) (int64, error) {
 		return h.count(ctx, `SELECT count(*) FROM etl_job_records WHERE job_status = 'RUNNING' AND lease_owner_id = $1`, owner)
 	}
@@ -78,7 +78,7 @@ func (h *harness) crashRun(ctx context.Context, leaseDur time.Duration) (Result,
 	if err != nil {
 		return res, err
 	}
-	defer b.kill()
+	defer b.Kill()
 	// Let A renew at least once so the kill lands at a random point of its
 	// renewal cycle rather than right after the claim.
 	time.Sleep(interval + interval/3)
@@ -89,7 +89,7 @@ func (h *harness) crashRun(ctx context.Context, leaseDur time.Duration) (Result,
 		return res, err
 	}
 	killed := time.Now()
-	a.kill()
+	a.Kill()
 	var first time.Duration
 	err = waitUntil(ctx, leaseDur+20*time.Second, 5*time.Millisecond, "worker B to run every job", func() (bool, error) {
 		n, err := held(b.id)
@@ -150,7 +150,7 @@ func (h *harness) resourcesRun(ctx context.Context, interval time.Duration) (Res
 	if err != nil {
 		return res, err
 	}
-	defer p.kill()
+	defer p.Kill()
 	if err := waitUntil(ctx, time.Minute, 50*time.Millisecond, "every job running", func() (bool, error) {
 		c, err := h.count(ctx, `SELECT count(*) FROM etl_job_records WHERE job_status = 'RUNNING'`)
 		return c == int64(n), err
@@ -158,7 +158,7 @@ func (h *harness) resourcesRun(ctx context.Context, interval time.Duration) (Res
 		return res, err
 	}
 	time.Sleep(time.Second) // let the claim burst settle
-	pid := p.cmd.Process.Pid
+	pid := p.Pid()
 	x0, err := h.xactCommits(ctx)
 	if err != nil {
 		return res, err

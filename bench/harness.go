@@ -6,12 +6,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"os"
 	"runtime"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/mightyetl/mightyetl/internal/binarytest"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/worker"
@@ -50,17 +49,9 @@ type harness struct {
 	workerURLParams string
 	// keySeq makes submission keys unique within the run.
 	keySeq atomic.Int64
-	// Product binaries (cmd/<name>), each built once into binDir.
-	binMu  sync.Mutex
-	bins   map[string]*builtBinary
-	binDir string
-}
-
-// builtBinary is one product binary built by harness.binary.
-type builtBinary struct {
-	once sync.Once
-	path string
-	err  error
+	// bins builds the product binaries (cmd/<name>), each once, into a
+	// temporary directory close removes.
+	bins binarytest.Builder
 }
 
 func newHarness(ctx context.Context, o options, log *slog.Logger) (*harness, error) {
@@ -75,9 +66,7 @@ func (h *harness) close() {
 	if h.pool != nil {
 		h.pool.Close()
 	}
-	if h.binDir != "" {
-		_ = os.RemoveAll(h.binDir)
-	}
+	_ = h.bins.Close()
 }
 
 // drop closes the harness's pool and drops the bench database (fresh

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/mightyetl/mightyetl/internal/auth"
+	"github.com/mightyetl/mightyetl/internal/binarytest"
 	"github.com/mightyetl/mightyetl/internal/events"
 	"github.com/mightyetl/mightyetl/internal/pg"
 )
@@ -173,13 +174,13 @@ func (h *harness) startIntake(ctx context.Context, credsFile, prefix, hashKey st
 	if h.o.NATSURL != "" {
 		env = append(env, "NATS_URL="+h.o.NATSURL, "MIGHTYETL_NATS_REQUESTS_ENABLED=true")
 	}
-	p, err := h.spawn(ctx, "intake", "", env)
+	p, err := h.spawn(ctx, "intake", env)
 	if err != nil {
 		return nil, "", err
 	}
 	base := "http://" + addr
 	if err := waitReadyz(ctx, p, base+"/readyz", 30*time.Second); err != nil {
-		p.kill()
+		p.Kill()
 		return nil, "", err
 	}
 	return p, base, nil
@@ -202,34 +203,16 @@ func freeLoopbackAddr() (string, error) {
 func waitReadyz(ctx context.Context, p *workerProc, url string, timeout time.Duration) error {
 	client := &http.Client{Timeout: time.Second}
 	defer client.CloseIdleConnections()
-	exited := false
-	err := waitUntil(ctx, timeout, 50*time.Millisecond, "intake GET /readyz 200", func() (bool, error) {
-		select {
-		case <-p.done:
-			exited = true
-			return false, errors.New("intake binary exited at start")
-		default:
-		}
-		resp, err := client.Get(url)
-		if err != nil {
-			return false, nil // not listening yet
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
-	})
-	if err != nil && (exited || ctx.Err() == nil) {
-		err = fmt.Errorf("%w: %s", err, p.lastLines())
-	}
-	return err
+	return p.WaitReady(ctx, timeout, "intake GET /readyz 200", binarytest.HTTPOK(client, url))
 }
 
 // stopIntake stops the binary with SIGTERM (SIGKILL after intakeStopGrace),
 // then deletes the run's streams: only now, since a running request
 // consumer would create the request stream again.
 func (h *harness) stopIntake(ctx context.Context, p *workerProc, s events.Subjects) error {
-	stopErr := p.terminate(intakeStopGrace)
+	stopErr := p.Terminate(intakeStopGrace)
 	if stopErr != nil {
-		stopErr = fmt.Errorf("stop intake binary: %w: %s", stopErr, p.lastLines())
+		stopErr = fmt.Errorf("stop intake binary: %w: %s", stopErr, p.Tail(20))
 	}
 	if h.o.NATSURL == "" {
 		return stopErr

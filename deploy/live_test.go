@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,11 +14,15 @@ import (
 	"time"
 
 	"github.com/mightyetl/mightyetl/internal/auth"
+	"github.com/mightyetl/mightyetl/internal/binarytest"
 	"github.com/mightyetl/mightyetl/internal/natstest"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 	"github.com/mightyetl/mightyetl/internal/testio"
 	"github.com/mightyetl/mightyetl/internal/testwait"
 )
+
+// TestMain removes the binaries built for the tests once they ran.
+func TestMain(m *testing.M) { binarytest.Main(m) }
 
 // TestQueriedMetricsAreExported builds and starts the real intake and
 // worker binaries on a fresh database and a NATS subject prefix, runs one
@@ -31,7 +34,7 @@ func TestQueriedMetricsAreExported(t *testing.T) {
 	qs := append(dashboardQueries(t), ruleQueries(t)...)
 	pool, dbURL := pgtest.NewDatabase(t)
 	natsURL, prefix := natstest.URL(t), natstest.Prefix(t)
-	bins := buildBinaries(t, "intake", "worker")
+	bins := binarytest.Binaries(t, "intake", "worker")
 
 	dir := t.TempDir()
 	password := "dashboard-test-password"
@@ -58,14 +61,12 @@ func TestQueriedMetricsAreExported(t *testing.T) {
 		"MIGHTYETL_WORKER_POLL_INTERVAL=100ms",
 	)...)
 	for _, p := range []struct {
-		proc *process
+		proc *binarytest.Process
 		url  string
 	}{{intake, intakeURL}, {worker, workerURL}} {
-		testwait.For(t, time.Minute, p.proc.name+" /readyz", func() bool {
-			p.proc.alive(t)
-			code, _ := get(p.url + "/readyz")
-			return code == http.StatusOK
-		})
+		if err := p.proc.WaitReady(context.Background(), time.Minute, "GET /readyz 200", binarytest.HTTPOK(httpClient, p.url+"/readyz")); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	authz := "Basic " + base64.StdEncoding.EncodeToString([]byte("dashboard:"+password))
@@ -76,7 +77,9 @@ func TestQueriedMetricsAreExported(t *testing.T) {
 		t.Fatalf("invalid submit: status %d, want 4xx", code)
 	}
 	testwait.For(t, time.Minute, "the job to succeed", func() bool {
-		worker.alive(t)
+		if err := worker.Alive(); err != nil {
+			t.Fatal(err)
+		}
 		var n int
 		_ = pool.QueryRow(context.Background(), `SELECT count(*) FROM etl_job_records WHERE job_status='SUCCEEDED'`).Scan(&n)
 		return n == 1
@@ -118,71 +121,12 @@ func TestQueriedMetricsAreExported(t *testing.T) {
 	}
 }
 
-// buildBinaries builds the named commands of ./cmd into a temporary
-// directory and returns their paths by name.
-func buildBinaries(t *testing.T, names ...string) map[string]string {
-	t.Helper()
-	dir := t.TempDir()
-	args := []string{"build", "-o", dir + string(filepath.Separator)}
-	for _, n := range names {
-		args = append(args, "github.com/mightyetl/mightyetl/cmd/"+n)
-	}
-	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	paths := map[string]string{}
-	for _, n := range names {
-		paths[n] = filepath.Join(dir, n)
-	}
-	return paths
-}
-
-type process struct {
-	name   string
-	stderr *testio.SyncBuffer
-	done   chan error
-}
-
 // startProcess runs bin with the test's environment minus every mightyETL,
 // database, NATS and OpenTelemetry setting, plus env; the process is killed
 // when the test ends and its output is logged on failure.
-func startProcess(t *testing.T, bin string, env ...string) *process {
+func startProcess(t *testing.T, bin string, env ...string) *binarytest.Process {
 	t.Helper()
-	cmd := exec.Command(bin)
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, "MIGHTYETL_") || strings.HasPrefix(name, "OTEL_") || strings.HasPrefix(name, "PG") ||
-			name == "DATABASE_URL" || name == "NATS_URL" {
-			continue
-		}
-		cmd.Env = append(cmd.Env, kv)
-	}
-	cmd.Env = append(cmd.Env, env...)
-	p := &process{name: filepath.Base(bin), stderr: &testio.SyncBuffer{}, done: make(chan error, 1)}
-	cmd.Stdout, cmd.Stderr = p.stderr, p.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			t.Logf("%s output:\n%s", p.name, p.stderr.String())
-		}
-	})
-	return p
-}
-
-// alive fails the test when the process has exited.
-func (p *process) alive(t *testing.T) {
-	t.Helper()
-	select {
-	case err := <-p.done:
-		p.done <- err
-		t.Fatalf("%s exited: %v\n%s", p.name, err, p.stderr.String())
-	default:
-	}
+	return binarytest.Spawn(t, binarytest.Options{Path: bin, Env: binarytest.Env(binarytest.Isolated, env...)})
 }
 
 var httpClient = &http.Client{Timeout: 10 * time.Second}

@@ -7,25 +7,14 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 	"github.com/mightyetl/mightyetl/internal/testwait"
 )
-
-func buildEtlctl(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "etlctl")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
 
 // TestDevRunsTheWholeSystem starts the README's run command as a built
 // binary, runs the curl line it prints exactly as printed, and waits for the
@@ -98,17 +87,8 @@ func TestDevRunsTheWholeSystem(t *testing.T) {
 			t.Fatalf("console %s with the dev credential: %d", page, res.StatusCode)
 		}
 	}
-	if err := dev.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-dev.done:
-		dev.done <- err
-		if err != nil {
-			t.Fatalf("dev exited with %v", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("dev did not stop on SIGTERM")
+	if err := dev.Terminate(60 * time.Second); err != nil {
+		t.Fatalf("dev on SIGTERM: %v", err)
 	}
 }
 

@@ -1,79 +1,50 @@
 package main_test
 
 import (
-	"bufio"
+	"context"
+	"errors"
 	"io"
-	"os"
-	"os/exec"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/mightyetl/mightyetl/internal/binarytest"
 )
 
-// devProcess is a running `etlctl dev` and the lines it prints.
+// TestMain removes the etlctl binary built for the tests once they ran.
+func TestMain(m *testing.M) { binarytest.Main(m) }
+
+// buildEtlctl returns the etlctl binary, built once per test binary.
+func buildEtlctl(t *testing.T) string {
+	t.Helper()
+	return binarytest.Binary(t, "etlctl")
+}
+
+// devProcess is a running `etlctl dev`; its kept output is what it printed
+// on standard output.
 type devProcess struct {
-	cmd *exec.Cmd
-	// done receives the result of cmd.Wait once; the cleanup reads it, so a
-	// test that reads it first puts it back.
-	done  chan error
-	lines chan string
+	*binarytest.Process
 }
 
 // startDev runs bin's `dev` against the database at dbURL, on loopback ports
-// picked by the system, without NATS_URL or MIGHTYETL_* from the test's
-// environment, plus extra; standard error is discarded. The process is
-// killed when the test ends.
+// picked by the system, without any mightyETL, database, NATS or
+// OpenTelemetry setting from the test's environment, plus extra; standard
+// error is discarded. The process is killed when the test ends.
 func startDev(t *testing.T, bin, dbURL string, extra ...string) *devProcess {
 	t.Helper()
-	cmd := exec.Command(bin, "dev")
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "NATS_URL=") && !strings.HasPrefix(kv, "MIGHTYETL_") {
-			env = append(env, kv)
-		}
-	}
-	cmd.Env = append(append(env, "DATABASE_URL="+dbURL, "MIGHTYETL_HTTP_ADDR=127.0.0.1:0", "MIGHTYETL_METRICS_ADDR=127.0.0.1:0"), extra...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = io.Discard
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	d := &devProcess{cmd: cmd, done: make(chan error, 1), lines: make(chan string, 32)}
-	go func() { d.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-d.done
-	})
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			d.lines <- sc.Text()
-		}
-		close(d.lines)
-	}()
-	return d
+	env := append([]string{"DATABASE_URL=" + dbURL, "MIGHTYETL_HTTP_ADDR=127.0.0.1:0", "MIGHTYETL_METRICS_ADDR=127.0.0.1:0"}, extra...)
+	return &devProcess{binarytest.Spawn(t, binarytest.Options{Path: bin, Args: []string{"dev"}, Stderr: io.Discard,
+		Env: binarytest.Env(binarytest.Isolated, env...)})}
 }
 
-// readUntil passes each printed line to seen until seen returns true. It
-// fails the test with exited when dev ends first, and with timeout when 90s
-// pass first.
+// readUntil passes each printed line, from the first, to seen until seen
+// returns true. It fails the test with exited when dev ends first, and with
+// timeout when 90s pass first.
 func (d *devProcess) readUntil(t *testing.T, seen func(line string) bool, exited, timeout string) {
 	t.Helper()
-	deadline := time.After(90 * time.Second)
-	for {
-		select {
-		case l, ok := <-d.lines:
-			if !ok {
-				t.Fatal(exited)
-			}
-			if seen(l) {
-				return
-			}
-		case <-deadline:
-			t.Fatal(timeout)
+	if err := d.WaitLine(context.Background(), 90*time.Second, seen); err != nil {
+		if errors.Is(err, binarytest.ErrExited) {
+			t.Fatalf("%s: %v", exited, err)
 		}
+		t.Fatalf("%s: %v", timeout, err)
 	}
 }

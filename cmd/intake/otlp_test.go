@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mightyetl/mightyetl/internal/auth"
+	"github.com/mightyetl/mightyetl/internal/binarytest"
 	"github.com/mightyetl/mightyetl/internal/events"
 	"github.com/mightyetl/mightyetl/internal/natstest"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
@@ -28,6 +28,9 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 )
+
+// TestMain removes the binaries built for the tests once they ran.
+func TestMain(m *testing.M) { binarytest.Main(m) }
 
 // receivedSpan is one span an OTLP/HTTP export delivered.
 type receivedSpan struct {
@@ -116,11 +119,8 @@ func TestOTLPTraceFromHTTPAndNATSSubmitToWorker(t *testing.T) {
 	collector := httptest.NewServer(recv)
 	t.Cleanup(collector.Close)
 
+	bins := binarytest.Binaries(t, "intake", "worker")
 	dir := t.TempDir()
-	if out, err := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
-		"github.com/mightyetl/mightyetl/cmd/intake", "github.com/mightyetl/mightyetl/cmd/worker").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	const principal, password = "tracer", "otlp-test-password"
 	line, err := auth.CredentialLine(principal, []byte(password))
 	if err != nil {
@@ -133,46 +133,20 @@ func TestOTLPTraceFromHTTPAndNATSSubmitToWorker(t *testing.T) {
 	intakeAddr := "127.0.0.1:" + testio.ClosedPort(t)
 	common := []string{"DATABASE_URL=" + dbURL, "NATS_URL=" + natsURL, "MIGHTYETL_NATS_SUBJECT_PREFIX=" + prefix,
 		"OTEL_EXPORTER_OTLP_ENDPOINT=" + collector.URL, "OTEL_BSP_SCHEDULE_DELAY=100"}
-	start := func(name string, env ...string) *testio.SyncBuffer {
-		cmd := exec.Command(filepath.Join(dir, name))
-		for _, kv := range os.Environ() {
-			k, _, _ := strings.Cut(kv, "=")
-			if strings.HasPrefix(k, "MIGHTYETL_") || strings.HasPrefix(k, "OTEL_") || strings.HasPrefix(k, "PG") ||
-				k == "DATABASE_URL" || k == "NATS_URL" {
-				continue
-			}
-			cmd.Env = append(cmd.Env, kv)
-		}
-		cmd.Env = append(append(cmd.Env, common...), env...)
-		out := &testio.SyncBuffer{}
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			<-done
-			if t.Failed() {
-				t.Logf("%s output:\n%s", name, out.String())
-			}
-		})
-		return out
+	// Each binary sees none of the test's mightyETL, database, NATS or
+	// OpenTelemetry settings, only these; it is killed when the test ends.
+	start := func(name string, env ...string) *binarytest.Process {
+		return binarytest.Spawn(t, binarytest.Options{Path: bins[name],
+			Env: binarytest.Env(binarytest.Isolated, append(append([]string(nil), common...), env...)...)})
 	}
-	start("intake", "MIGHTYETL_HTTP_ADDR="+intakeAddr, "MIGHTYETL_AUTH_MODE=basic",
+	intake := start("intake", "MIGHTYETL_HTTP_ADDR="+intakeAddr, "MIGHTYETL_AUTH_MODE=basic",
 		"MIGHTYETL_BASIC_CREDENTIALS_FILE="+creds, "MIGHTYETL_PRINCIPAL_HASH_KEY=0123456789abcdef0123456789abcdef",
 		"MIGHTYETL_NATS_REQUESTS_ENABLED=true")
 	start("worker", "MIGHTYETL_METRICS_ADDR=127.0.0.1:0", "MIGHTYETL_WORKER_POLL_INTERVAL=100ms")
 	client := &http.Client{Timeout: 5 * time.Second}
-	testwait.For(t, 30*time.Second, "intake ready", func() bool {
-		res, err := client.Get("http://" + intakeAddr + "/readyz")
-		if err != nil {
-			return false
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK
-	})
+	if err := intake.WaitReady(context.Background(), 30*time.Second, "GET /readyz 200", binarytest.HTTPOK(client, "http://"+intakeAddr+"/readyz")); err != nil {
+		t.Fatal(err)
+	}
 
 	// HTTP, with a known traceparent.
 	const httpTrace = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -1,74 +1,33 @@
 package main_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mightyetl/mightyetl/internal/binarytest"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
+	"github.com/mightyetl/mightyetl/internal/testio"
 	"github.com/mightyetl/mightyetl/internal/testwait"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
+// TestMain removes the worker binary built for the tests once they ran.
+func TestMain(m *testing.M) { binarytest.Main(m) }
 
-// workerBinary builds cmd/worker once per test process.
-func workerBinary(t *testing.T) string {
+// startWorker starts the worker binary with the test's environment minus
+// every mightyETL, database, NATS and OpenTelemetry setting, plus env; it is
+// killed when the test ends.
+func startWorker(t *testing.T, env ...string) *binarytest.Process {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "mightyetl-worker-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "worker")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
-
-type proc struct {
-	cmd    *exec.Cmd
-	stderr *bytes.Buffer
-	done   chan error
-}
-
-func startWorker(t *testing.T, env ...string) *proc {
-	t.Helper()
-	cmd := exec.Command(workerBinary(t))
-	cmd.Env = append(os.Environ(), env...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, stderr: &stderr, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.done
-	})
-	return p
+	return binarytest.Spawn(t, binarytest.Options{Path: binarytest.Binary(t, "worker"), Env: binarytest.Env(binarytest.Isolated, env...)})
 }
 
 func statusOf(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) (status string, owner *string) {
@@ -100,17 +59,8 @@ func TestBinaryRunsJobsAndDrainsOnSIGTERM(t *testing.T) {
 	if data != "ID:r0,NAME:ADA,EMAIL:ada@example.com,AMOUNT:1.01," {
 		t.Fatalf("loaded %q", data)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-p.done:
-		p.done <- err
-		if err != nil {
-			t.Fatalf("worker exited with %v; stderr:\n%s", err, p.stderr)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("worker did not stop on SIGTERM")
+	if err := p.Terminate(time.Minute); err != nil {
+		t.Fatalf("worker on SIGTERM: %v; output:\n%s", err, p.Output())
 	}
 }
 
@@ -128,11 +78,10 @@ func TestBinaryRejectsBadConfigurationWithOneLine(t *testing.T) {
 	for name, env := range cases {
 		t.Run(name, func(t *testing.T) {
 			textfiles := t.TempDir()
-			cmd := exec.Command(workerBinary(t))
-			cmd.Env = append(append(os.Environ(), env...), "MIGHTYETL_METRICS_TEXTFILE_DIR="+textfiles)
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			err := cmd.Run()
+			var stderr testio.SyncBuffer
+			p := binarytest.Spawn(t, binarytest.Options{Path: binarytest.Binary(t, "worker"), Stderr: &stderr,
+				Env: binarytest.Env(binarytest.Isolated, append(env, "MIGHTYETL_METRICS_TEXTFILE_DIR="+textfiles)...)})
+			err := p.Wait(time.Minute)
 			ee, ok := err.(*exec.ExitError)
 			if !ok || ee.ExitCode() != 2 {
 				t.Fatalf("exit %v, want status 2; stderr %q", err, stderr.String())
@@ -170,9 +119,7 @@ func TestSIGKILLedWorkersJobIsReclaimedAfterDatabaseExpiry(t *testing.T) {
 	if err := pool.QueryRow(context.Background(), `SELECT lease_fencing_token FROM etl_job_records WHERE job_record_id=$1`, id).Scan(&tokenA); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
+	a.Kill()
 	killed := time.Now()
 	b := startWorker(t, append(common, "MIGHTYETL_WORKER_ID=crash-worker-b")...)
 	var reclaimed time.Duration

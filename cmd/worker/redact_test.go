@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/mightyetl/mightyetl/internal/binarytest"
 	"github.com/mightyetl/mightyetl/internal/natstest"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 	"github.com/mightyetl/mightyetl/internal/testio"
@@ -29,32 +30,21 @@ const leakMarker = "s3cr3t"
 // code (-1 when it was still running and got killed).
 func runWorkerUntil(t *testing.T, env []string, want string) (string, int) {
 	t.Helper()
-	cmd := exec.Command(workerBinary(t))
-	cmd.Env = append(os.Environ(), env...)
-	var out testio.SyncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	p := binarytest.Spawn(t, binarytest.Options{Path: binarytest.Binary(t, "worker"), Env: append(os.Environ(), env...)})
 	deadline := time.After(time.Minute)
 	for {
 		select {
-		case err := <-done:
-			if ee, ok := err.(*exec.ExitError); ok {
-				return out.String(), ee.ExitCode()
+		case <-p.Done():
+			if ee, ok := p.ExitErr().(*exec.ExitError); ok {
+				return p.Output(), ee.ExitCode()
 			}
-			return out.String(), 0
+			return p.Output(), 0
 		case <-deadline:
-			_ = cmd.Process.Kill()
-			<-done
-			t.Fatalf("worker neither printed %q nor exited; output:\n%s", want, out.String())
+			t.Fatalf("worker neither printed %q nor exited; output:\n%s", want, p.Output())
 		case <-time.After(20 * time.Millisecond):
-			if want != "" && strings.Contains(out.String(), want) {
-				_ = cmd.Process.Kill()
-				<-done
-				return out.String(), -1
+			if want != "" && strings.Contains(p.Output(), want) {
+				p.Kill()
+				return p.Output(), -1
 			}
 		}
 	}

@@ -5,12 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/mightyetl/mightyetl/internal/binarytest"
 )
 
 // Binaries are the paths of the built product binaries.
@@ -18,25 +17,20 @@ type Binaries struct {
 	Intake, Worker, Etlctl string
 }
 
-// BuildBinaries runs `go build` for cmd/intake, cmd/worker and cmd/etlctl
-// of the module at moduleDir into outDir. They are built without -race: the
-// race detector's cost would slow the system under test, and its own
-// tests run the same code under -race.
+// BuildBinaries builds cmd/intake, cmd/worker and cmd/etlctl (one `go build`
+// through binarytest.Builder) of the module at moduleDir into outDir. They
+// are built without -race: the race detector's cost would slow the system
+// under test, and its own tests run the same code under -race.
 func BuildBinaries(ctx context.Context, moduleDir, outDir string) (Binaries, error) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
+	if _, err := exec.LookPath("go"); err != nil {
 		return Binaries{}, fmt.Errorf("%w: go not on PATH", ErrMissingTool)
 	}
-	cmd := exec.CommandContext(ctx, goBin, "build", "-o", outDir+string(filepath.Separator), "./cmd/intake", "./cmd/worker", "./cmd/etlctl")
-	cmd.Dir = moduleDir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return Binaries{}, fmt.Errorf("go build: %v: %s", err, lastLines(out, 20))
+	b := binarytest.Builder{ModuleDir: moduleDir, Dir: outDir}
+	paths, err := b.Build(ctx, "intake", "worker", "etlctl")
+	if err != nil {
+		return Binaries{}, err
 	}
-	return Binaries{
-		Intake: filepath.Join(outDir, "intake"),
-		Worker: filepath.Join(outDir, "worker"),
-		Etlctl: filepath.Join(outDir, "etlctl"),
-	}, nil
+	return Binaries{Intake: paths["intake"], Worker: paths["worker"], Etlctl: paths["etlctl"]}, nil
 }
 
 // Process is one supervised product process. Start runs it; while it is
@@ -53,8 +47,7 @@ type Process struct {
 	ready func(context.Context) bool
 
 	mu          sync.Mutex
-	cmd         *exec.Cmd
-	done        chan struct{}
+	proc        *binarytest.Process // nil while down
 	startedAt   time.Time
 	wantDown    bool // killed by the harness: stay down until Restart
 	stopping    bool
@@ -83,7 +76,7 @@ func (p *Process) Start(ctx context.Context, within time.Duration) error {
 func (p *Process) WaitReady(ctx context.Context, within time.Duration) error {
 	return waitFor(ctx, within, 50*time.Millisecond, p.Name+" to be ready", func() bool {
 		p.mu.Lock()
-		running := p.cmd != nil
+		running := p.proc != nil
 		p.mu.Unlock()
 		return running && p.ready(ctx)
 	})
@@ -116,16 +109,16 @@ func (p *Process) supervise(ctx context.Context) {
 		case <-ctx.Done():
 			p.mu.Lock()
 			p.stopping = true
-			cmd := p.cmd
+			proc := p.proc
 			p.mu.Unlock()
-			if cmd != nil {
-				_ = cmd.Process.Kill()
+			if proc != nil {
+				proc.Kill()
 			}
 			<-done
 			return
 		}
 		p.mu.Lock()
-		p.cmd = nil
+		p.proc = nil
 		down, stopping := p.wantDown, p.stopping
 		if !down && !stopping {
 			if time.Since(p.startedAt) > startupWindow {
@@ -154,52 +147,37 @@ func (p *Process) supervise(ctx context.Context) {
 	}
 }
 
-func (p *Process) spawn() (chan struct{}, error) {
-	logf, err := os.OpenFile(p.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
-	cmd := exec.Command(p.bin)
-	cmd.Env = p.env
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// The product processes must not outlive a test binary that dies.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+func (p *Process) spawn() (<-chan struct{}, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stopping {
 		return nil, errStopping
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", p.Name, err)
+	proc, err := binarytest.Start(binarytest.Options{Path: p.bin, Env: p.env, Name: p.Name, LogFile: p.log})
+	if err != nil {
+		return nil, err
 	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
-	p.cmd, p.done, p.startedAt, p.wantDown = cmd, done, time.Now(), false
+	p.proc, p.startedAt, p.wantDown = proc, time.Now(), false
 	p.starts++
-	return done, nil
+	return proc.Done(), nil
 }
 
 // Kill sends SIGKILL and waits until the process is gone. It stays down
 // until Restart. It returns false when the process was not running.
 func (p *Process) Kill() bool {
 	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	if cmd == nil {
+	proc := p.proc
+	if proc == nil {
 		p.mu.Unlock()
 		return false
 	}
 	p.wantDown = true
 	p.mu.Unlock()
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	<-done
+	proc.Kill()
 	// Wait for the supervisor to see the exit, so Restart is not lost.
 	for {
 		p.mu.Lock()
-		gone := p.cmd == nil
+		gone := p.proc == nil
 		p.mu.Unlock()
 		if gone {
 			return true
@@ -222,17 +200,11 @@ func (p *Process) Restart() {
 func (p *Process) Stop(grace time.Duration) {
 	p.mu.Lock()
 	p.stopping = true
-	cmd, done := p.cmd, p.done
+	proc := p.proc
 	p.mu.Unlock()
 	p.Restart() // release a supervisor waiting after Kill
-	if cmd != nil {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(grace):
-			_ = cmd.Process.Kill()
-			<-done
-		}
+	if proc != nil {
+		_ = proc.Terminate(grace) // SIGKILL after grace
 	}
 	p.supervising.Wait()
 }
@@ -253,16 +225,5 @@ func (p *Process) Stats() ProcessStats {
 
 // httpOK reports whether GET url answers 200 within a second.
 func httpOK(ctx context.Context, client *http.Client, url string) bool {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return false
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	return binarytest.HTTPOK(client, url)(ctx)
 }
