@@ -2,8 +2,6 @@ package clientcontract_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,7 +18,6 @@ import (
 	"github.com/mightyetl/mightyetl/internal/app"
 	"github.com/mightyetl/mightyetl/internal/app/apptest"
 	"github.com/mightyetl/mightyetl/internal/auth"
-	"github.com/mightyetl/mightyetl/internal/config"
 	"github.com/mightyetl/mightyetl/internal/natstest"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 	"github.com/mightyetl/mightyetl/internal/testio"
@@ -126,25 +123,11 @@ func (s *stack) startWorker() {
 	if s.worker != nil {
 		return
 	}
-	wcfg, wl, err := config.LoadWorker(nil, func(k string) string { return s.env[k] })
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	wp, err := app.NewWorkerProcess(ctx, wcfg, wl.Provenance(), false, slog.New(slog.NewJSONHandler(io.Discard, nil)))
-	if err != nil {
-		s.t.Fatal(err)
-	}
+	wp := apptest.WorkerProcess(s.t, func(k string) string { return s.env[k] })
 	if err := wp.Start(context.Background()); err != nil {
 		s.t.Fatal(err)
 	}
 	s.worker = wp
-	s.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = wp.Stop(ctx)
-	})
 }
 
 // client returns a client of principal alice, with opts.

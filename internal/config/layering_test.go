@@ -31,17 +31,6 @@ func configImporters(pkg string) bool {
 		strings.HasPrefix(pkg, module+"/cmd/")
 }
 
-// configTestImporters are packages whose tests import internal/config
-// although they should not, each with the reason it is tolerated; their
-// non-test files are held to the rule. Remove an entry once its tests build
-// their stack through internal/app/apptest (apptest.Intake,
-// apptest.WorkerProcess) instead.
-var configTestImporters = map[string]string{
-	// The client's contract tests, moved out of client/ as it becomes its
-	// own module, still load the worker's configuration themselves.
-	module + "/internal/clientcontract": "stack_test.go loads config.LoadWorker; use apptest.WorkerProcess",
-}
-
 // moduleRoot is the directory of this module's go.mod.
 func moduleRoot(t *testing.T) string {
 	t.Helper()
@@ -98,13 +87,9 @@ func TestOnlyTheEdgeImportsConfig(t *testing.T) {
 			for _, imports := range []struct {
 				kind string
 				list []string
-				test bool
-			}{{"imports", p.Imports, false}, {"test imports", p.TestImports, true}, {"external test imports", p.XTestImports, true}} {
+			}{{"imports", p.Imports}, {"test imports", p.TestImports}, {"external test imports", p.XTestImports}} {
 				for _, imp := range imports.list {
 					if imp != module+"/internal/config" {
-						continue
-					}
-					if _, ok := configTestImporters[p.ImportPath]; ok && imports.test {
 						continue
 					}
 					t.Errorf("%s %s internal/config: only internal/app and cmd/* may; give the package an options struct and let internal/app translate the configuration into it", p.ImportPath, imports.kind)
@@ -124,10 +109,6 @@ func TestOnlyTheEdgeImportsConfig(t *testing.T) {
 // module (nested modules, like bench/peers/, are not read).
 func TestEveryDefaultHasOneName(t *testing.T) {
 	root := moduleRoot(t)
-	// Aliases left in files another change owns, each with its fix.
-	tolerated := map[string]string{
-		"internal/console.DefaultMaxPayloadBytes": "console.Options should default to intake.DefaultMaxPayloadBytes directly",
-	}
 	fset := token.NewFileSet()
 	files := 0
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -152,8 +133,6 @@ func TestEveryDefaultHasOneName(t *testing.T) {
 			return err
 		}
 		files++
-		rel, _ := filepath.Rel(root, path)
-		pkgDir := filepath.ToSlash(filepath.Dir(rel))
 		for _, decl := range f.Decls {
 			gen, ok := decl.(*ast.GenDecl)
 			if !ok || (gen.Tok != token.CONST && gen.Tok != token.VAR) {
@@ -164,9 +143,6 @@ func TestEveryDefaultHasOneName(t *testing.T) {
 				for i, v := range vs.Values {
 					target := aliasedDefault(v)
 					if target == "" || i >= len(vs.Names) {
-						continue
-					}
-					if _, ok := tolerated[pkgDir+"."+vs.Names[i].Name]; ok {
 						continue
 					}
 					t.Errorf("%s: %s = %s: a second name for a default; name %s where it is used", fset.Position(vs.Names[i].Pos()), vs.Names[i].Name, target, target)

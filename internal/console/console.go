@@ -34,9 +34,6 @@ const (
 	DefaultBulkCancelCap = 100
 	// DefaultSampleEvery is the spacing of the rate samples.
 	DefaultSampleEvery = 30 * time.Second
-	// DefaultMaxPayloadBytes bounds a replay's body
-	// (MIGHTYETL_MAX_PAYLOAD_BYTES).
-	DefaultMaxPayloadBytes = intake.DefaultMaxPayloadBytes
 )
 
 // Options configure a Console. Zero values take the defaults noted.
@@ -61,7 +58,7 @@ type Options struct {
 	// nil means the console offers no replay.
 	Replay func(context.Context, intake.OperatorReplayRequest) (intake.ReplayResult, error)
 	// MaxPayloadBytes bounds the body of a replay (MIGHTYETL_MAX_PAYLOAD_BYTES);
-	// zero means DefaultMaxPayloadBytes.
+	// zero means intake.DefaultMaxPayloadBytes.
 	MaxPayloadBytes int64
 }
 
@@ -82,7 +79,7 @@ func (c *Console) SetRelayState(f func() string) {
 
 // WithDefaults returns o with every unset field that has a default set to
 // it: DefaultBulkCancelCap, a "not configured" relay state, a discarding
-// logger, DefaultSampleEvery and DefaultMaxPayloadBytes (a non-positive
+// logger, DefaultSampleEvery and intake.DefaultMaxPayloadBytes (a non-positive
 // number counts as unset).
 func (o Options) WithDefaults() Options {
 	o.BulkCancelCap = cmp.Or(max(o.BulkCancelCap, 0), DefaultBulkCancelCap)
@@ -93,7 +90,7 @@ func (o Options) WithDefaults() Options {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	o.SampleEvery = cmp.Or(max(o.SampleEvery, 0), DefaultSampleEvery)
-	o.MaxPayloadBytes = cmp.Or(max(o.MaxPayloadBytes, 0), DefaultMaxPayloadBytes)
+	o.MaxPayloadBytes = cmp.Or(max(o.MaxPayloadBytes, 0), intake.DefaultMaxPayloadBytes)
 	return o
 }
 

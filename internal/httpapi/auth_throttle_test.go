@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -69,7 +70,10 @@ func TestBasicModeFailedLoginsGet429(t *testing.T) {
 	}
 	res := e.do(r)
 	checkProblem(t, res, r.Path, 429, "etl_authentication_rate_limited")
-	if res.Header.Get("Retry-After") != "3600" {
-		t.Errorf("Retry-After %q, want 3600", res.Header.Get("Retry-After"))
+	// The bucket refills continuously from the first failure, so the wait
+	// is an hour less the time the three requests took (whole seconds,
+	// rounded up): 3600 on an idle machine, a little less on a loaded one.
+	if s, err := strconv.Atoi(res.Header.Get("Retry-After")); err != nil || s > 3600 || s < 3600-60 {
+		t.Errorf("Retry-After %q, want about 3600 (an hour less the test's elapsed seconds)", res.Header.Get("Retry-After"))
 	}
 }
