@@ -7,5 +7,9 @@
 //   - the dashboard's structure (a Prometheus datasource variable, no
 //     external links);
 //   - every alert's runbook_url names a file and a heading of
-//     docs/operations that exist.
+//     docs/operations that exist;
+//   - every relative link of the repository's Markdown stays inside the
+//     repository and names a file that exists;
+//   - the Makefile's rule check fails without promtool, and staticcheck
+//     comes from go.mod's tool line.
 package deploy
