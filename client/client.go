@@ -140,11 +140,18 @@ func (p RetryPolicy) pause(n int, retryAfter time.Duration) time.Duration {
 	return d
 }
 
+// ErrURLCredentials is returned by New for a base URL that holds
+// credentials (http://user:password@host), which a URL carries into every
+// text that prints it. Pass them with WithBasicAuth or WithBearerToken
+// instead; a program with settings of its own (a command-line tool, say)
+// matches it with errors.Is to name those settings in its message.
+var ErrURLCredentials = errors.New("mightyetl: base URL must not contain credentials; pass them with WithBasicAuth or WithBearerToken")
+
 // New returns a Client for the service at baseURL (scheme and host, with an
 // optional path prefix; empty means DefaultBaseURL). The URL must not hold
-// credentials: pass them with WithBasicAuth or WithBearerToken. Without an
-// authentication option requests are sent without credentials (and answered
-// 401 by a service that requires them).
+// credentials (ErrURLCredentials): pass them with WithBasicAuth or
+// WithBearerToken. Without an authentication option requests are sent
+// without credentials (and answered 401 by a service that requires them).
 func New(baseURL string, opts ...Option) (*Client, error) {
 	if baseURL == "" {
 		baseURL = DefaultBaseURL
@@ -157,7 +164,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 		return nil, errors.New("mightyetl: base URL must be http:// or https:// with a host")
 	}
 	if u.User != nil {
-		return nil, errors.New("mightyetl: base URL must not contain credentials; use WithBasicAuth")
+		return nil, ErrURLCredentials
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	u.RawQuery, u.Fragment = "", ""
@@ -296,10 +303,15 @@ func problemOf(r *response) *Error {
 	mt, _, _ := mime.ParseMediaType(r.header.Get("Content-Type"))
 	var p struct {
 		Title, Detail, Instance string
-		ErrorCode               string `json:"errorCode"`
+		ErrorCode               string          `json:"errorCode"`
+		RecordIndex             json.RawMessage `json:"recordIndex"` // a malformed one is ignored, not the problem
 	}
 	if mt == "application/problem+json" && json.Unmarshal(r.body, &p) == nil && p.ErrorCode != "" {
 		e.Code, e.Title, e.Detail, e.Instance = ErrorCode(p.ErrorCode), p.Title, p.Detail, p.Instance
+		var i int
+		if p.RecordIndex != nil && json.Unmarshal(p.RecordIndex, &i) == nil && i >= 0 {
+			e.RecordIndex = &i
+		}
 		return e
 	}
 	e.Code, e.Detail = CodeUnexpectedResponse, http.StatusText(r.status)

@@ -70,16 +70,25 @@ type Error struct {
 	Instance string
 	// RetryAfter is the server's Retry-After hint, zero when absent.
 	RetryAfter time.Duration
+	// RecordIndex is, for CodeInvalidRecord, the zero-based position of
+	// the first invalid record in the request's array (the problem's
+	// recordIndex member); nil for every other code, and when the service
+	// did not send it. The service never names the record's content or id.
+	RecordIndex *int
 }
 
-// Error returns "mightyetl: <status> <code>: <detail>" on one line. It
-// never contains credentials, keys or payloads.
+// Error returns "mightyetl: <status> <code>: <detail>" on one line, with
+// "record <n>: " before the detail when RecordIndex is set. It never
+// contains credentials, keys or payloads.
 func (e *Error) Error() string {
 	s := "mightyetl: "
 	if e.Status != 0 {
 		s += fmt.Sprintf("%d ", e.Status)
 	}
 	s += string(e.Code)
+	if e.RecordIndex != nil {
+		s += fmt.Sprintf(": record %d", *e.RecordIndex)
+	}
 	if e.Detail != "" {
 		s += ": " + e.Detail
 	}
