@@ -131,7 +131,21 @@ func TestProblemsAreTypedErrors(t *testing.T) {
 			if strings.Contains(err.Error(), testPassword) || strings.Contains(err.Error(), "\n") {
 				t.Fatalf("message %q", err)
 			}
+			// Only etl_invalid_record names a record (its case's first).
+			switch {
+			case tc.code != client.CodeInvalidRecord && p.RecordIndex != nil:
+				t.Fatalf("RecordIndex %d for %s", *p.RecordIndex, tc.code)
+			case tc.code == client.CodeInvalidRecord && (p.RecordIndex == nil || *p.RecordIndex != 0):
+				t.Fatalf("RecordIndex %v, want 0", p.RecordIndex)
+			}
 		})
+	}
+	// The position of the first invalid record, never its content or id.
+	_, err = c.Submit(ctx, []byte(`[{"id":"a"},{"id":"b"},{"id":" bad"},{"id":""}]`), "")
+	var p *client.Error
+	if !errors.As(err, &p) || p.Code != client.CodeInvalidRecord || p.RecordIndex == nil || *p.RecordIndex != 2 ||
+		!strings.Contains(p.Error(), "record 2") || strings.Contains(p.Error(), "bad") {
+		t.Fatalf("third record invalid: %v", err)
 	}
 }
 

@@ -120,7 +120,7 @@ func (a *api) submit(kind string) apiHandler {
 			Principal: principal, IdempotencyKey: key, Body: body, Kind: kind,
 		})
 		if err != nil {
-			writeProblem(w, r, intake.CodeOf(err))
+			writeError(w, r, err)
 			return
 		}
 		writeAccepted(w, jobsPath, res.Job, res.Replayed)
@@ -196,7 +196,7 @@ func (a *api) status(w http.ResponseWriter, r *http.Request, principal string) {
 	}
 	job, err := a.opts.Service.Status(r.Context(), principal, id)
 	if err != nil {
-		writeProblem(w, r, intake.CodeOf(err))
+		writeError(w, r, err)
 		return
 	}
 	v := intake.NewJobView(job)
@@ -305,7 +305,7 @@ func (a *api) list(w http.ResponseWriter, r *http.Request, principal string) {
 	}
 	res, err := a.opts.Service.List(r.Context(), req)
 	if err != nil {
-		writeProblem(w, r, intake.CodeOf(err))
+		writeError(w, r, err)
 		return
 	}
 	body := listResponse{Jobs: make([]intake.JobView, len(res.Jobs)), NextCursor: res.NextCursor}
@@ -342,7 +342,7 @@ func (a *api) cancel(w http.ResponseWriter, r *http.Request, principal string) {
 		Principal: principal, JobID: id, IdempotencyKey: key,
 	})
 	if err != nil {
-		writeProblem(w, r, intake.CodeOf(err))
+		writeError(w, r, err)
 		return
 	}
 	setReplayed(w.Header(), res.Replayed)
@@ -364,7 +364,7 @@ func (a *api) replay(w http.ResponseWriter, r *http.Request, principal string) {
 		Principal: principal, IdempotencyKey: key, JobID: id, Body: body,
 	})
 	if err != nil {
-		writeProblem(w, r, intake.CodeOf(err))
+		writeError(w, r, err)
 		return
 	}
 	writeAccepted(w, jobsPath, res.Job, res.Replayed)
@@ -414,7 +414,7 @@ func (a *api) process(w http.ResponseWriter, r *http.Request, principal string) 
 		Principal: principal, IdempotencyKey: key, Body: body,
 	})
 	if err != nil {
-		writeProblem(w, r, intake.CodeOf(err))
+		writeError(w, r, err)
 		return
 	}
 	h := w.Header()

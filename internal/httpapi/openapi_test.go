@@ -96,6 +96,8 @@ func TestOpenAPIContract(t *testing.T) {
 		{Method: "POST", Path: "/api/etl/process", Principal: "alice", Key: "sync-openapi-000001", Body: sampleBody},
 		{Method: "POST", Path: "/api/etl/process", Principal: "alice", Key: "sync-openapi-000001", Body: "[]"},
 		{Method: "POST", Path: "/api/etl/process", Principal: "alice", Body: `[{"id":""}]`},
+		{Method: "POST", Path: "/api/etl/jobs", Principal: "alice", Key: "key-openapi-00000008", Body: `[{"id":"a"},{"id":"b","amount":"x"}]`},
+		{Method: "POST", Path: "/api/etl/diagnostic-jobs", Principal: "alice", Key: "key-openapi-00000009", Body: `{"records":[{"id":"a"},{"id":" b"}]}`},
 		{Method: "POST", Path: "/api/etl/process", Principal: "alice", Body: sampleBody, Header: map[string]string{"Content-Type": "text/plain"}},
 		{Method: "POST", Path: "/api/etl/diagnostic-jobs", Principal: "alice", Key: "key-openapi-00000006", Body: `{"durationMillis":1}`},
 		{Method: "POST", Path: "/api/etl/diagnostic-jobs", Principal: "alice", Key: "key-openapi-00000007", Body: `{"durationMillis":-1}`},

@@ -10,7 +10,6 @@ import (
 	"github.com/mightyetl/mightyetl/internal/auth"
 	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/console"
-	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/pg"
 )
 
@@ -211,7 +210,7 @@ func (a *api) opsReplay(w http.ResponseWriter, r *http.Request, op console.Opera
 	}
 	res, err := a.opts.Console.Replay(r.Context(), op, id, key, body)
 	if err != nil {
-		writeProblem(w, r, intake.CodeOf(err))
+		writeError(w, r, err)
 		return
 	}
 	writeAccepted(w, "/api/ops/jobs", res.Job, res.Replayed)

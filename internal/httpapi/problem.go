@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/mightyetl/mightyetl/internal/codes"
+	"github.com/mightyetl/mightyetl/internal/intake"
 )
 
 // problemSpec is one row of the problem table.
@@ -64,6 +65,11 @@ type problem struct {
 	Detail    string `json:"detail"`
 	Instance  string `json:"instance"`
 	ErrorCode string `json:"errorCode"`
+	// RecordIndex is the extension member of etl_invalid_record: the
+	// zero-based position in the request's array of the first record that
+	// is invalid. Never the record's content or id. Absent (nil) for every
+	// other code.
+	RecordIndex *int `json:"recordIndex,omitempty"`
 }
 
 // problemFor builds the problem of code for request path; an unknown code
@@ -87,7 +93,22 @@ func problemFor(code, path string) problem {
 // (Cache-Control, WWW-Authenticate, Allow) are kept; a validator (ETag) is
 // removed because a problem is not a representation of the resource.
 func writeProblem(w http.ResponseWriter, r *http.Request, code string) {
-	p := problemFor(code, r.URL.Path)
+	writeProblemDoc(w, problemFor(code, r.URL.Path))
+}
+
+// writeError answers r with the problem of a use-case error: its code
+// (intake.CodeOf) and, for etl_invalid_record, the record's index
+// (intake.RecordIndexOf).
+func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	p := problemFor(intake.CodeOf(err), r.URL.Path)
+	if i, ok := intake.RecordIndexOf(err); ok && p.ErrorCode == codes.InvalidRecord {
+		p.RecordIndex = &i
+	}
+	writeProblemDoc(w, p)
+}
+
+// writeProblemDoc writes p (see writeProblem).
+func writeProblemDoc(w http.ResponseWriter, p problem) {
 	if rec, ok := w.(*recorder); ok {
 		rec.errorCode = p.ErrorCode
 	}

@@ -114,12 +114,6 @@ func TestProblemRows(t *testing.T) {
 		{"unusable principal", req{Method: "GET", Path: "/api/etl/jobs", Principal: "-"}, 401, "etl_idempotency_principal_required"},
 		{"payload too large", req{Method: "POST", Path: "/api/etl/jobs", Principal: alice, Key: "key-0000000000000001", Body: big}, 413, "etl_payload_too_large"},
 		{"batch too large", req{Method: "POST", Path: "/api/etl/jobs", Principal: alice, Key: "key-0000000000000001", Body: `[{"id":"1"},{"id":"2"},{"id":"3"},{"id":"4"}]`}, 413, "etl_batch_too_large"},
-		{"invalid record id", req{Method: "POST", Path: "/api/etl/jobs", Principal: alice, Key: "key-0000000000000001", Body: `[{"id":" a"}]`}, 422, "etl_invalid_record"},
-		{"invalid amount", req{Method: "POST", Path: "/api/etl/jobs", Principal: alice, Key: "key-0000000000000001", Body: `[{"id":"a","amount":"1e3"}]`}, 422, "etl_invalid_record"},
-		// Values PostgreSQL cannot store (issue 12, defect 1): refused up front, on every path.
-		{"number beyond numeric", req{Method: "POST", Path: "/api/etl/jobs", Principal: alice, Key: "key-0000000000000001", Body: `[{"id":"a1","qty":1e999999}]`}, 422, "etl_invalid_record"},
-		{"lone surrogate nested", req{Method: "POST", Path: "/api/etl/jobs", Principal: alice, Key: "key-0000000000000001", Body: `[{"id":"a1","x":[["\ud800"]]}]`}, 422, "etl_invalid_record"},
-		{"NUL escape", req{Method: "POST", Path: "/api/etl/process", Principal: alice, Body: `[{"id":"a1","x":"\u0000"}]`}, 422, "etl_invalid_record"},
 		{"submission key reused", req{Method: "POST", Path: "/api/etl/jobs", Principal: alice, Key: keyA, Body: `[{"id":"other"}]`}, 422, "etl_job_submission_key_reused"},
 		{"sync key reused", req{Method: "POST", Path: "/api/etl/process", Principal: alice, Key: "sync-key-00000000001", Body: `[{"id":"other"}]`}, 422, "etl_idempotency_key_reused"},
 		{"page limit zero", req{Method: "GET", Path: "/api/etl/jobs?limit=0", Principal: alice}, 400, "etl_invalid_job_page_limit"},
@@ -150,13 +144,45 @@ func TestProblemRows(t *testing.T) {
 			}
 		})
 	}
+	// etl_invalid_record names the position of the first invalid record
+	// (recordIndex), never its content or id (checkProblemAt allows no
+	// other member, and fixed texts); every problem above has no
+	// recordIndex.
+	invalid := []struct {
+		name  string
+		r     req
+		index int
+	}{
+		{"invalid record id", req{Method: "POST", Path: "/api/etl/jobs", Principal: alice, Key: "key-0000000000000001", Body: `[{"id":" a"}]`}, 0},
+		{"invalid amount", req{Method: "POST", Path: "/api/etl/jobs", Principal: alice, Key: "key-0000000000000001", Body: `[{"id":"a","amount":"1e3"}]`}, 0},
+		{"invalid third record", req{Method: "POST", Path: "/api/etl/jobs", Principal: alice, Key: "key-0000000000000001", Body: `[{"id":"a"},{"id":"b"},{"id":"c","amount":"x"}]`}, 2},
+		{"invalid second record, process", req{Method: "POST", Path: "/api/etl/process", Principal: alice, Body: `[{"id":"a"},"not an object",{"id":" c"}]`}, 1},
+		// Values PostgreSQL cannot store (issue 12, defect 1): refused up front, on every path.
+		{"number beyond numeric", req{Method: "POST", Path: "/api/etl/jobs", Principal: alice, Key: "key-0000000000000001", Body: `[{"id":"a1","qty":1e999999}]`}, 0},
+		{"lone surrogate nested", req{Method: "POST", Path: "/api/etl/jobs", Principal: alice, Key: "key-0000000000000001", Body: `[{"id":"a1","x":[["\ud800"]]}]`}, 0},
+		{"NUL escape", req{Method: "POST", Path: "/api/etl/process", Principal: alice, Body: `[{"id":"a1","x":"\u0000"}]`}, 0},
+	}
+	for _, tc := range invalid {
+		t.Run(tc.name, func(t *testing.T) {
+			res := e.do(tc.r)
+			checkProblemAt(t, res, tc.r.Path, 422, "etl_invalid_record", &tc.index)
+		})
+	}
 	if res := e.do(req{Method: "GET", Path: "/api/etl/jobs/" + jobA, Principal: alice}); res.Status != 200 {
 		t.Fatalf("owner status: %d", res.Status)
 	}
 }
 
-// checkProblem pins the shape every problem response shares.
+// checkProblem pins the shape every problem response shares, without a
+// recordIndex.
 func checkProblem(t *testing.T, res response, path string, status int, code string) {
+	t.Helper()
+	checkProblemAt(t, res, path, status, code, nil)
+}
+
+// checkProblemAt is checkProblem with the recordIndex member index (nil:
+// absent).
+func checkProblemAt(t *testing.T, res response, path string, status int, code string, index *int) {
 	t.Helper()
 	if res.Status != status {
 		t.Fatalf("status %d, want %d (body %s)", res.Status, status, res.Body)
@@ -169,6 +195,27 @@ func checkProblem(t *testing.T, res response, path string, status int, code stri
 	}
 	var p problem
 	res.json(t, &p)
+	var members map[string]any
+	res.json(t, &members)
+	for name, v := range members {
+		switch name {
+		case "type", "title", "status", "detail", "instance", "errorCode":
+		case "recordIndex":
+			if index == nil {
+				t.Errorf("recordIndex %v present for %s", v, code)
+			}
+		default:
+			t.Errorf("unknown problem member %q", name)
+		}
+	}
+	switch {
+	case index == nil:
+	case p.RecordIndex == nil:
+		t.Errorf("recordIndex absent, want %d", *index)
+	case *p.RecordIndex != *index:
+		t.Errorf("recordIndex %d, want %d", *p.RecordIndex, *index)
+	}
+	p.RecordIndex = nil
 	spec := problemTable[code]
 	want := problem{
 		Type: "urn:mightyetl:problem:" + strings.ReplaceAll(code, "_", "-"), Title: spec.Title,

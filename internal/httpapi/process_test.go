@@ -51,7 +51,8 @@ func TestProcess(t *testing.T) {
 	}
 	// An invalid record writes nothing, with or without a key.
 	r := req{Method: "POST", Path: "/api/etl/process", Principal: "alice", Key: "sync-key-00000000002", Body: `[{"id":"ok"},{"nope":1}]`}
-	checkProblem(t, e.do(r), r.Path, 422, "etl_invalid_record")
+	second := 1
+	checkProblemAt(t, e.do(r), r.Path, 422, "etl_invalid_record", &second)
 	r.Key = "bad"
 	checkProblem(t, e.do(r), r.Path, 400, "etl_invalid_idempotency_key")
 	if k := e.count("SELECT count(*) FROM processed_data"); k != 4 {

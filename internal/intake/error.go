@@ -87,6 +87,26 @@ func storeError(err error) error {
 	return &Error{Code: codes.InternalError, Index: -1, cause: err}
 }
 
+// RecordIndexOf returns the zero-based position in the batch of the record
+// an etl_invalid_record rejection (an *Error or *etl.Error) is about, and
+// false for any other error. It is a position only, never the record's
+// content or id, so a transport may show it to the caller.
+func RecordIndexOf(err error) (int, bool) {
+	code, index := "", -1
+	var e *Error
+	var ee *etl.Error
+	switch {
+	case errors.As(err, &e):
+		code, index = e.Code, e.Index
+	case errors.As(err, &ee):
+		code, index = ee.Code, ee.Index
+	}
+	if code != codes.InvalidRecord || index < 0 {
+		return -1, false
+	}
+	return index, true
+}
+
 // CodeOf returns the stable code of err: its *Error or *etl.Error code, or
 // etl_internal_error for anything else (nil gives "").
 func CodeOf(err error) string {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/mightyetl/mightyetl/internal/codes"
+	"github.com/mightyetl/mightyetl/internal/etl"
 	"github.com/mightyetl/mightyetl/internal/pg"
 )
 
@@ -57,5 +58,34 @@ func TestStoreErrorAndFlushRetryFollowPGClassification(t *testing.T) {
 	}
 	if storeError(nil) != nil {
 		t.Error("storeError(nil) is not nil")
+	}
+}
+
+// RecordIndexOf answers the batch position of an etl_invalid_record
+// rejection, from the use case's *Error or etl's own, wrapped or not, and
+// nothing for any other code.
+func TestRecordIndexOf(t *testing.T) {
+	_, parseErr := etl.ParseBatch([]byte(`[{"id":"a"},{"id":"b"},{"id":" c"}]`), 10)
+	cases := []struct {
+		name  string
+		err   error
+		index int
+		ok    bool
+	}{
+		{"etl rejection", parseErr, 2, true},
+		{"use-case rejection", fromETL(parseErr), 2, true},
+		{"wrapped", fmt.Errorf("submit: %w", fromETL(parseErr)), 2, true},
+		{"first record", &Error{Code: codes.InvalidRecord, Index: 0}, 0, true},
+		{"invalid JSON", fromETL(&etl.Error{Code: codes.InvalidJSON, Index: -1}), -1, false},
+		{"other code", ErrJobNotFound, -1, false},
+		{"plain error", errors.New("boom"), -1, false},
+		{"nil", nil, -1, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if i, ok := RecordIndexOf(c.err); i != c.index || ok != c.ok {
+				t.Errorf("RecordIndexOf = %d, %v; want %d, %v", i, ok, c.index, c.ok)
+			}
+		})
 	}
 }
