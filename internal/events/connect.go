@@ -65,7 +65,8 @@ func (o Options) WithDefaults() Options {
 //
 // Each outage is logged once when it starts and once when it ends (event
 // names only, never the URL or error text) and shown by m.Connected; m may
-// be nil. The caller owns the connection and closes it (Drain or Close).
+// be nil. Closing the connection (Close, Drain) is not an outage: it logs
+// nothing and counts no outage. The caller owns the connection and closes it (Drain or Close).
 func Connect(ctx context.Context, o Options, log *slog.Logger, m *metrics.Events) (*nats.Conn, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -93,7 +94,16 @@ func Connect(ctx context.Context, o Options, log *slog.Logger, m *metrics.Events
 		nats.ReconnectBufSize(-1),
 		nats.ConnectHandler(func(*nats.Conn) { st.up("connected") }),
 		nats.ReconnectHandler(func(*nats.Conn) { st.up("reconnected") }),
-		nats.DisconnectErrHandler(func(*nats.Conn, error) { st.down("disconnected") }),
+		// nats.go reports a disconnect on the way to closing, too (Close,
+		// the end of Drain): that is no outage, and logging one would
+		// tell a process shutting down that NATS failed.
+		nats.DisconnectErrHandler(func(nc *nats.Conn, _ error) {
+			if nc.IsClosed() {
+				st.closed()
+				return
+			}
+			st.down("disconnected")
+		}),
 		nats.ClosedHandler(func(*nats.Conn) { st.closed() }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { st.asyncError(err) }),
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
@@ -308,6 +309,40 @@ func TestConnectSurvivesOutagesAndLogsEachOnce(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.WakeupsReceived.WithLabelValues(metrics.WakeupAvailable)); got != 1 {
 		t.Errorf("wake-ups received = %v, want 1", got)
+	}
+}
+
+// TestClosingIsNoOutage: closing or draining a connected connection logs
+// no "nats unavailable" line and counts no outage (nats.go reports a
+// disconnect on the way to closed).
+func TestClosingIsNoOutage(t *testing.T) {
+	t.Parallel()
+	url := natstest.URL(t)
+	for _, end := range []struct {
+		name string
+		do   func(*nats.Conn) error
+	}{
+		{"Close", func(nc *nats.Conn) error { nc.Close(); return nil }},
+		{"Drain", func(nc *nats.Conn) error { return nc.Drain() }},
+	} {
+		logs := &logCounter{}
+		m := metrics.NewEvents(nil)
+		nc, err := Connect(t.Context(), Options{URL: url, Name: "events-close-test"}, slog.New(logs), m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testwait.For(t, 10*time.Second, "connected", func() bool { return testutil.ToFloat64(m.Connected) == 1 })
+		if err := end.do(nc); err != nil {
+			t.Fatalf("%s: %v", end.name, err)
+		}
+		// The closed callback comes after the disconnect callback, in order.
+		testwait.For(t, 10*time.Second, "closed", func() bool { return nc.IsClosed() && testutil.ToFloat64(m.Connected) == 0 })
+		if got := logs.count(logUnavailable); got != 0 {
+			t.Errorf("%s: %d outage log lines, want none", end.name, got)
+		}
+		if got := testutil.ToFloat64(m.Outages); got != 0 {
+			t.Errorf("%s: outages = %v, want 0", end.name, got)
+		}
 	}
 }
 
