@@ -2,7 +2,8 @@
 // environment variables, applies documented defaults, validates every value
 // and records where each came from (configuration provenance).
 //
-// Precedence: an explicitly set flag, then the environment variable, then the
+// Precedence: an explicitly set flag, then the environment variable, then
+// (for `etlctl dev` only) a value the all-in-one process chose, then the
 // default, which for a few settings is derived from others (the lease
 // renewal interval and safety margin from the lease duration). A bad value is
 // reported as one line naming the setting and the allowed range; binaries
@@ -32,6 +33,11 @@ const (
 	// SourceDerived marks a default computed from other settings because
 	// neither the flag nor the variable was set (see Loader.DerivedDuration).
 	SourceDerived Source = "derived"
+	// SourceDev marks a value `etlctl dev` chose for its all-in-one
+	// process (basic auth, its generated key, its shorter shutdown grace)
+	// because neither the flag nor the variable was set (see
+	// Loader.DevDefaults).
+	SourceDev Source = "dev"
 )
 
 // Setting is one effective setting, for provenance logs and the info metric.
@@ -59,6 +65,7 @@ type Loader struct {
 	args    []string
 	getenv  func(string) string
 	entries []*entry
+	dev     map[string]string // DevDefaults
 }
 
 // NewLoader returns a loader for a binary named name reading args (without
@@ -74,6 +81,13 @@ func (l *Loader) add(env, flagName, def, usage string, secret bool, apply func(s
 	e.raw = l.fs.String(flagName, def, usage+" (env "+env+")")
 	l.entries = append(l.entries, e)
 }
+
+// DevDefaults sets values chosen by `etlctl dev`, by variable name: a
+// setting whose flag and variable (and for a secret its _FILE variable) are
+// unset takes its value from chosen instead of its documented or derived
+// default, validated like any value and reported as SourceDev. Names no
+// setting registers are ignored; nil means none. Call before Parse.
+func (l *Loader) DevDefaults(chosen map[string]string) { l.dev = chosen }
 
 // String registers a string setting; validate (may be nil) checks the value.
 func (l *Loader) String(dst *string, env, flagName, def, usage string, validate func(string) error) {
@@ -175,6 +189,8 @@ func (l *Loader) Parse() error {
 			return err
 		} else if ok {
 			v, src = ev, SourceEnv
+		} else if dv, ok := l.dev[e.env]; ok {
+			v, src = dv, SourceDev
 		} else if e.derive != nil {
 			v, src = e.derive(), SourceDerived
 		}

@@ -190,3 +190,71 @@ func TestExplicitLeaseScheduleIsStillValidated(t *testing.T) {
 			src["MIGHTYETL_LEASE_RENEW_INTERVAL"], src["MIGHTYETL_LEASE_SAFETY_MARGIN"])
 	}
 }
+
+// TestDevDefaultsSitBetweenTheVariableAndTheDefault: a value `etlctl dev`
+// chose replaces the documented (or derived) default and is reported as
+// SourceDev; the variable (or a secret's _FILE) and the flag still win.
+func TestDevDefaultsSitBetweenTheVariableAndTheDefault(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(keyFile, []byte("from-file-0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dev := map[string]string{
+		"MIGHTYETL_AUTH_MODE":               "basic",
+		"MIGHTYETL_BASIC_CREDENTIALS_FILE":  "/tmp/dev-credentials",
+		"MIGHTYETL_PRINCIPAL_HASH_KEY":      "dev-chosen-0123456789abcdef0123456789abcdef",
+		"MIGHTYETL_SHUTDOWN_GRACE_PERIOD":   "10s",
+		"MIGHTYETL_HTTP_ADDR":               "127.0.0.1:1",
+		"MIGHTYETL_DIAGNOSTIC_JOBS_ENABLED": "true",
+		"MIGHTYETL_NOT_A_SETTING":           "ignored",
+	}
+	cases := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		setting string
+		value   string
+		source  Source
+	}{
+		{"dev value", nil, nil, "MIGHTYETL_SHUTDOWN_GRACE_PERIOD", "10s", SourceDev},
+		{"variable wins", nil, map[string]string{"MIGHTYETL_SHUTDOWN_GRACE_PERIOD": "3s"}, "MIGHTYETL_SHUTDOWN_GRACE_PERIOD", "3s", SourceEnv},
+		{"flag wins", []string{"--http-addr", "127.0.0.1:0"}, map[string]string{"MIGHTYETL_HTTP_ADDR": "127.0.0.1:2"}, "MIGHTYETL_HTTP_ADDR", "127.0.0.1:0", SourceFlag},
+		{"secret dev value", nil, nil, "MIGHTYETL_PRINCIPAL_HASH_KEY", "(set)", SourceDev},
+		{"secret file wins", nil, map[string]string{"MIGHTYETL_PRINCIPAL_HASH_KEY_FILE": keyFile}, "MIGHTYETL_PRINCIPAL_HASH_KEY", "(set)", SourceEnv},
+		{"untouched default", nil, nil, "MIGHTYETL_MAX_ATTEMPTS", "3", SourceDefault},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, l, err := LoadIntakeDev(c.args, env(c.env), dev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got Setting
+			for _, s := range l.Provenance() {
+				if s.Name == c.setting {
+					got = s
+				}
+			}
+			if got.Value != c.value || got.Source != c.source {
+				t.Fatalf("%s = %+v, want value %q source %q", c.setting, got, c.value, c.source)
+			}
+			if c.name == "secret file wins" && !strings.HasPrefix(cfg.PrincipalHashKey, "from-file-") {
+				t.Fatalf("hash key %q, want the file's", cfg.PrincipalHashKey)
+			}
+			if c.name == "dev value" && (cfg.ShutdownGrace != 10*time.Second || !cfg.DiagnosticJobsEnabled) {
+				t.Fatalf("dev values not applied: %+v", cfg)
+			}
+		})
+	}
+	// A dev value is validated like a set one, and the error names the
+	// variable.
+	_, _, err := LoadWorkerDev(nil, env(nil), map[string]string{"MIGHTYETL_SHUTDOWN_GRACE_PERIOD": "forever"})
+	if err == nil || !strings.HasPrefix(err.Error(), "MIGHTYETL_SHUTDOWN_GRACE_PERIOD: ") {
+		t.Fatalf("bad dev value: %v", err)
+	}
+	// A dev lease duration still derives the renewal interval.
+	w, l, err := LoadWorkerDev(nil, env(nil), map[string]string{"MIGHTYETL_LEASE_DURATION": "12s"})
+	if err != nil || w.RenewInterval != 4*time.Second || l.source("MIGHTYETL_LEASE_RENEW_INTERVAL") != SourceDerived {
+		t.Fatalf("derived from a dev lease: %v %s", err, w.RenewInterval)
+	}
+}

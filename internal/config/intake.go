@@ -64,6 +64,10 @@ type Intake struct {
 	JWTOperatorValue      string        // MIGHTYETL_JWT_OPERATOR_VALUE: value of JWTOperatorClaim that makes an operator
 }
 
+// HTTPAddrSetting names the intake's listen address setting as listen
+// errors show it: the variable and the flag.
+const HTTPAddrSetting = "MIGHTYETL_HTTP_ADDR / --http-addr"
+
 // RegisterIntake registers every intake setting on l into dst.
 func RegisterIntake(l *Loader, dst *Intake) {
 	l.String(&dst.DatabaseURL, "DATABASE_URL", "database-url", DefaultDatabaseURL, "PostgreSQL URL", nonEmpty)
@@ -112,8 +116,17 @@ func RegisterIntake(l *Loader, dst *Intake) {
 // through getenv into a validated Intake. The error is one line naming the
 // setting; the Loader reports provenance.
 func LoadIntake(args []string, getenv func(string) string) (Intake, *Loader, error) {
+	return LoadIntakeDev(args, getenv, nil)
+}
+
+// LoadIntakeDev is LoadIntake with the values `etlctl dev` chose, by
+// variable name, in place of the defaults of the settings it names
+// (Loader.DevDefaults: flags and variables still win; provenance says
+// SourceDev).
+func LoadIntakeDev(args []string, getenv func(string) string, dev map[string]string) (Intake, *Loader, error) {
 	var c Intake
 	l := NewLoader("intake", args, getenv)
+	l.DevDefaults(dev)
 	RegisterIntake(l, &c)
 	if err := l.Parse(); err != nil {
 		return c, l, err

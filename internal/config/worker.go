@@ -17,6 +17,10 @@ const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/mightyetl"
 // metrics and health listener.
 const DefaultMetricsAddr = "127.0.0.1:9091"
 
+// MetricsAddrSetting names the worker's metrics listen address setting as
+// listen errors show it: the variable and the flag.
+const MetricsAddrSetting = "MIGHTYETL_METRICS_ADDR / --metrics-addr"
+
 var ownerIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{8,128}$`)
 
 // Worker is the worker binary's configuration. Durations are Go syntax.
@@ -110,8 +114,17 @@ func ValidateLease(lease, interval, margin time.Duration) error {
 
 // LoadWorker parses args and the environment into a validated Worker config.
 func LoadWorker(args []string, getenv func(string) string) (Worker, *Loader, error) {
+	return LoadWorkerDev(args, getenv, nil)
+}
+
+// LoadWorkerDev is LoadWorker with the values `etlctl dev` chose, by
+// variable name, in place of the defaults of the settings it names
+// (Loader.DevDefaults: flags and variables still win; provenance says
+// SourceDev).
+func LoadWorkerDev(args []string, getenv func(string) string, dev map[string]string) (Worker, *Loader, error) {
 	var w Worker
 	l := NewLoader("worker", args, getenv)
+	l.DevDefaults(dev)
 	RegisterWorker(l, &w)
 	if err := l.Parse(); err != nil {
 		return w, l, err
