@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -320,13 +321,26 @@ func TestConsoleInBrowser(t *testing.T) {
 		shots[name] = b
 	}
 
-	// Overview.
+	// Overview. The console has one sample of the counters (a rate needs
+	// two, SampleEvery = 30 s apart), so the chart says when its first rate
+	// comes, and still draws its axes with units and time labels.
 	step("overview", chromedp.Navigate(s.base+"/console/"), chromedp.WaitVisible(chromedp.CSS("h1")))
 	text := get("overview text", chromedp.Text(chromedp.CSS("main")))
 	shot("overview")
 	for _, want := range []string{"Pending", "Running", "Outbox and relay", "Terminal outcomes", "etl_diagnostic_requested_failure"} {
 		if !strings.Contains(text, want) {
 			t.Fatalf("overview lacks %q:\n%s", want, text)
+		}
+	}
+	rateStatus := get("rate status", chromedp.Evaluate[string](`(document.getElementById("rate-status") || {}).textContent || ""`))
+	if !regexp.MustCompile(`^Collecting samples: the first rate appears after ([1-9]|[12][0-9]|30) s\.`).MatchString(rateStatus) {
+		t.Fatalf("rate chart status %q, want the collecting-samples state", rateStatus)
+	}
+	axis := get("chart axis labels", chromedp.Evaluate[string](
+		`Array.from(document.querySelectorAll("svg.chart text")).map(e => e.textContent).join("|")`))
+	for _, want := range []string{"jobs/s", "15 min ago", "10 min ago", "5 min ago", "now"} {
+		if !slices.Contains(strings.Split(axis, "|"), want) {
+			t.Fatalf("rate chart labels %q lack %q", axis, want)
 		}
 	}
 

@@ -30,6 +30,9 @@ type Overview struct {
 	OutboxOldestAge  float64     `json:"outboxOldestAgeSeconds"`
 	RelayState       string      `json:"relayState"`
 	SoonestExpirySec *float64    `json:"soonestLeaseExpirySeconds,omitempty"`
+	// nextSample is how long until the sampler's next sample is due (the
+	// chart's first rate comes with it when Rates is empty).
+	nextSample time.Duration
 }
 
 // Outcome is a count of terminal outcomes by state and code.
@@ -105,6 +108,7 @@ func (c *Console) Overview(ctx context.Context) (Overview, error) {
 		return Overview{}, err
 	}
 	o.Rates = c.sampler.rates(now)
+	o.nextSample = c.sampler.nextIn(time.Now())
 	return o, nil
 }
 

@@ -189,7 +189,7 @@ func (h *pageHandler) overview(w http.ResponseWriter, r *http.Request) {
 	h.render(w, r, http.StatusOK, "overview", "Overview", struct {
 		Overview
 		Chart template.HTML
-	}{o, rateChart(o.Rates)})
+	}{o, rateChart(o.Rates, o.DatabaseNow, o.nextSample, h.c.opts.SampleEvery)})
 }
 
 type jobsView struct {
@@ -458,38 +458,4 @@ func (h *pageHandler) bulkCancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.Redirect(w, r, "/console/jobs?"+f.Query(false).Encode()+"&notice="+url.QueryEscape(fmt.Sprintf("Cancelled %d jobs.", n)), http.StatusSeeOther)
-}
-
-// rateChart draws the rates as an inline SVG (no script needed), with a
-// text summary for screen readers.
-func rateChart(points []RatePoint) template.HTML {
-	const w, hgt = 480.0, 120.0
-	if len(points) == 0 {
-		return template.HTML(`<p>No rate samples yet: the console samples the claim and finish counters every 30 seconds.</p>`)
-	}
-	peak := 1.0
-	for _, p := range points {
-		peak = max(peak, p.ClaimsPerMin, p.FinishesPerMin)
-	}
-	line := func(get func(RatePoint) float64) string {
-		var b strings.Builder
-		for i, p := range points {
-			x := w * float64(i) / float64(max(1, len(points)-1))
-			if len(points) == 1 {
-				x = w / 2
-			}
-			y := hgt - hgt*get(p)/peak
-			fmt.Fprintf(&b, "%.1f,%.1f ", x, y)
-		}
-		return b.String()
-	}
-	last := points[len(points)-1]
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %.0f %.0f" role="img" aria-labelledby="chart-title"><title id="chart-title">Claims and finishes per minute, last 15 minutes; latest %.0f claims/min, %.0f finishes/min</title>`,
-		w, hgt+2, last.ClaimsPerMin, last.FinishesPerMin)
-	fmt.Fprintf(&b, `<polyline class="claims" points="%s"/><polyline class="finishes" points="%s"/></svg>`,
-		line(func(p RatePoint) float64 { return p.ClaimsPerMin }), line(func(p RatePoint) float64 { return p.FinishesPerMin }))
-	fmt.Fprintf(&b, `<p class="legend"><span class="key claims">claims</span> %.0f/min, <span class="key finishes">finishes</span> %.0f/min (latest); peak %.0f/min over %d samples</p>`,
-		last.ClaimsPerMin, last.FinishesPerMin, peak, len(points))
-	return template.HTML(b.String())
 }

@@ -96,6 +96,17 @@ func (s *Sampler) runOnce(ctx context.Context) error {
 	return nil
 }
 
+// nextIn is how long until the next sample is due: SampleEvery less the
+// last sample's age (at least 0), or SampleEvery when there is none.
+func (s *Sampler) nextIn(now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.s) == 0 {
+		return s.every
+	}
+	return max(0, s.every-now.Sub(s.s[len(s.s)-1].at))
+}
+
 // RatePoint is claims and finishes per minute between two samples.
 type RatePoint struct {
 	At              time.Time `json:"at"`

@@ -94,3 +94,20 @@ func TestSamplerRunOnceReadsTheDatabaseCounters(t *testing.T) {
 		t.Fatalf("claims per minute %v, want %v (3 claims over %vs)", got, want, rates[0].intervalSeconds)
 	}
 }
+
+// TestSamplerNextIn: the wait for the next sample is SampleEvery without a
+// sample, SampleEvery less the last sample's age, and never negative.
+func TestSamplerNextIn(t *testing.T) {
+	s := newSampler(nil, 30*time.Second, nil)
+	now := time.Now()
+	if got := s.nextIn(now); got != 30*time.Second {
+		t.Fatalf("no sample: next in %v, want 30s", got)
+	}
+	s.add(now.Add(-10*time.Second), pg.OpsCounters{})
+	if got := s.nextIn(now); got != 20*time.Second {
+		t.Fatalf("a sample 10 s old: next in %v, want 20s", got)
+	}
+	if got := s.nextIn(now.Add(time.Minute)); got != 0 {
+		t.Fatalf("a sample 70 s old: next in %v, want 0", got)
+	}
+}
