@@ -240,11 +240,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	s.waitStatus(ok1, "SUCCEEDED")
 	s.waitStatus(ok2, "SUCCEEDED")
 	s.waitStatus(failed, "FAILED")
-	running := s.submit("/api/etl/diagnostic-jobs", "console-run-00000001", `{"durationMillis":600000,"records":[{"id":"r1"},{"id":"r2"},{"id":"r3"}]}`)
+	// The running job is a diagnostic job without records (it only waits),
+	// the pending ones carry three records each.
+	running := s.submit("/api/etl/diagnostic-jobs", "console-run-00000001", `{"durationMillis":600000}`)
 	s.waitStatus(running, "RUNNING")
 	var pending []string
 	for i := range 5 {
-		pending = append(pending, s.submit("/api/etl/diagnostic-jobs", fmt.Sprintf("console-pend-%07d", i), `{"durationMillis":600000,"records":[{"id":"p1"}]}`))
+		pending = append(pending, s.submit("/api/etl/diagnostic-jobs", fmt.Sprintf("console-pend-%07d", i), `{"durationMillis":600000,"records":[{"id":"p1"},{"id":"p2"},{"id":"p3"}]}`))
 	}
 
 	// The browser: fresh profile, every request recorded.
@@ -369,6 +371,22 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("workers page:\n%s", text)
 	}
 
+	// A PENDING diagnostic job holds its payload: its record count shows.
+	step("pending detail", chromedp.Navigate(s.base+"/console/jobs/"+pending[4]), chromedp.WaitVisible(chromedp.ID("cancel-job")))
+	if records := get("record count", chromedp.Text(chromedp.ID("records"))); records != "3" {
+		t.Fatalf("PENDING diagnostic job shows records %q, want 3", records)
+	}
+	// A FAILED job keeps no payload; its replay form asks for the body of
+	// its kind (a diagnostic job's is an object, not an array of records).
+	step("failed detail", chromedp.Navigate(s.base+"/console/jobs/"+failed), chromedp.WaitVisible(chromedp.ID("replay-body")))
+	if records := get("failed records", chromedp.Text(chromedp.ID("records"))); records != "not kept: a terminal job keeps no payload, only its digest" {
+		t.Fatalf("FAILED job shows records %q", records)
+	}
+	if label := get("diagnostic replay label", chromedp.Text(chromedp.CSS(`label[for="replay-body"]`))); label !=
+		`Original request body (a JSON object {"durationMillis", "records", "failWith"}, as submitted)` {
+		t.Fatalf("diagnostic replay form label %q", label)
+	}
+
 	// Detail of the running job, then cancel it from there.
 	step("detail", chromedp.Navigate(s.base+"/console/jobs/"+running), chromedp.WaitVisible(chromedp.ID("cancel-job")))
 	text = get("detail text", chromedp.Text(chromedp.CSS("main")))
@@ -378,8 +396,11 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Fatalf("detail lacks %q:\n%s", want, text)
 		}
 	}
-	if records := get("record count", chromedp.Text(chromedp.ID("record-count"))); records != "3" {
-		t.Fatalf("detail shows record count %q, want 3", records)
+	if strings.Contains(text, "terminal") {
+		t.Fatalf("the RUNNING job's page speaks of a terminal job:\n%s", text)
+	}
+	if records := get("running records", chromedp.Text(chromedp.ID("records"))); records != "none: a diagnostic job submitted without records" {
+		t.Fatalf("RUNNING diagnostic job without records shows records %q", records)
 	}
 	cancelledBefore := s.workerOutcome(metrics.OutcomeCancelled)
 	step("cancel", chromedp.Click(chromedp.ID("cancel-job")), chromedp.WaitVisible(chromedp.CSS(".notice")))
@@ -435,7 +456,11 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("failed source: %v", err)
 	}
 	step("replay form", chromedp.Navigate(s.base+"/console/jobs/"+source.String()),
-		chromedp.WaitVisible(chromedp.ID("replay-body")),
+		chromedp.WaitVisible(chromedp.ID("replay-body")))
+	if label := get("replay label", chromedp.Text(chromedp.CSS(`label[for="replay-body"]`))); label != "Original request body (a JSON array of records, as submitted)" {
+		t.Fatalf("etl_records replay form label %q", label)
+	}
+	step("replay form filled",
 		chromedp.SetValue(chromedp.ID("replay-body"), rec),
 		chromedp.Click(chromedp.ID("replay-confirm")))
 	shot("job-replay")

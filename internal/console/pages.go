@@ -264,6 +264,31 @@ type jobView struct {
 	MaxPayloadBytes int64
 }
 
+// RecordsNote is what the page says in place of a record count when there
+// is none (RecordCount nil): a terminal job keeps no payload (the worker's
+// finish and every cancellation clear it); a PENDING or RUNNING job holds
+// one, and a diagnostic job's has no records when it was submitted without
+// the optional "records" member (or with null).
+func (v jobView) RecordsNote() string {
+	switch {
+	case v.Status != pg.StatusPending && v.Status != pg.StatusRunning:
+		return "not kept: a terminal job keeps no payload, only its digest"
+	case v.Kind == pg.KindDiagnostic:
+		return "none: a diagnostic job submitted without records"
+	}
+	return "not known: the payload is not a JSON array of records"
+}
+
+// BodyShape names the original request body the replay form asks for: the
+// JSON array of records of an etl_records job, the object of a diagnostic
+// job (etl.ParseDiagnostic).
+func (v jobView) BodyShape() string {
+	if v.Kind == pg.KindDiagnostic {
+		return `a JSON object {"durationMillis", "records", "failWith"}, as submitted`
+	}
+	return "a JSON array of records, as submitted"
+}
+
 func (h *pageHandler) workers(w http.ResponseWriter, r *http.Request) {
 	f, err := h.c.Fleet(r.Context())
 	if err != nil {

@@ -1,0 +1,33 @@
+package console
+
+import (
+	"testing"
+
+	"github.com/mightyetl/mightyetl/internal/pg"
+)
+
+// TestJobViewTexts: what the job page says for the records and asks for in
+// the replay form, by state and kind.
+func TestJobViewTexts(t *testing.T) {
+	view := func(kind, status string) jobView {
+		return jobView{OpsDetail: pg.OpsDetail{OpsJob: pg.OpsJob{Kind: kind, Status: status}}}
+	}
+	for _, tc := range []struct{ kind, status, records string }{
+		{pg.KindDiagnostic, pg.StatusRunning, "none: a diagnostic job submitted without records"},
+		{pg.KindDiagnostic, pg.StatusPending, "none: a diagnostic job submitted without records"},
+		{pg.KindDiagnostic, pg.StatusFailed, "not kept: a terminal job keeps no payload, only its digest"},
+		{pg.KindETLRecords, pg.StatusSucceeded, "not kept: a terminal job keeps no payload, only its digest"},
+		{pg.KindETLRecords, pg.StatusCancelled, "not kept: a terminal job keeps no payload, only its digest"},
+		{pg.KindETLRecords, pg.StatusRunning, "not known: the payload is not a JSON array of records"},
+	} {
+		if got := view(tc.kind, tc.status).RecordsNote(); got != tc.records {
+			t.Errorf("%s %s: records %q, want %q", tc.kind, tc.status, got, tc.records)
+		}
+	}
+	if got := view(pg.KindDiagnostic, pg.StatusFailed).BodyShape(); got != `a JSON object {"durationMillis", "records", "failWith"}, as submitted` {
+		t.Errorf("diagnostic body %q", got)
+	}
+	if got := view(pg.KindETLRecords, pg.StatusFailed).BodyShape(); got != "a JSON array of records, as submitted" {
+		t.Errorf("etl_records body %q", got)
+	}
+}
