@@ -56,6 +56,15 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
+	// The HTTP port first: taken, it fails before anything connects, with
+	// one line naming MIGHTYETL_HTTP_ADDR.
+	ln, err := app.ListenHTTP(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "intake: %v\n", err)
+		return 1
+	}
+	defer ln.Close() // the intake's once handed over; closing twice is harmless
+
 	// Tracing is on only when an OTLP endpoint is set (OTEL_* variables).
 	tcfg, shutdownTracing, err := tracing.Setup(ctx, "mightyetl-intake")
 	if err != nil {
@@ -91,7 +100,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		return 1
 	}
 
-	in, err := app.NewIntake(cfg, pools, app.IntakeOptions{Authenticator: authn, Logger: log, Registry: app.NewRegistry(), Name: "mightyetl-intake"})
+	in, err := app.NewIntake(cfg, pools, app.IntakeOptions{Authenticator: authn, Logger: log, Registry: app.NewRegistry(), Name: "mightyetl-intake", Listener: ln})
 	if err != nil {
 		fmt.Fprintf(stderr, "intake: %v\n", err)
 		return 2

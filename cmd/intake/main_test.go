@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net"
 	"strings"
 	"testing"
 )
@@ -54,5 +55,26 @@ func TestPrincipalHashKeyRequiredWhenIntakeOpen(t *testing.T) {
 	var stderr bytes.Buffer
 	if code := run(nil, func(k string) string { return env[k] }, &stderr); code != 2 || !strings.Contains(stderr.String(), "MIGHTYETL_PRINCIPAL_HASH_KEY") {
 		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// TestTakenHTTPPortFailsFirstNamingTheSetting: with its HTTP port taken the
+// intake exits 1 with one line naming the address and MIGHTYETL_HTTP_ADDR,
+// before it tries the database (whose URL points at a closed port).
+func TestTakenHTTPPortFailsFirstNamingTheSetting(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	env := map[string]string{
+		"MIGHTYETL_HTTP_ADDR": held.Addr().String(),
+		"DATABASE_URL":        "postgres://postgres@127.0.0.1:1/mightyetl?connect_timeout=1",
+	}
+	var stderr bytes.Buffer
+	code := run(nil, func(k string) string { return env[k] }, &stderr)
+	want := "intake: listen " + held.Addr().String() + " (MIGHTYETL_HTTP_ADDR / --http-addr): address already in use\n"
+	if code != 1 || !strings.HasSuffix(stderr.String(), want) || strings.Contains(stderr.String(), "intake: database") {
+		t.Fatalf("exit %d, stderr:\n%s\nwant exit 1 ending with %q and no database error", code, stderr.String(), want)
 	}
 }

@@ -42,6 +42,15 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
+	// The metrics port first: taken, it fails before anything connects,
+	// with one line naming MIGHTYETL_METRICS_ADDR.
+	metricsListener, err := app.ListenMetrics(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "worker: %v\n", err)
+		return 1
+	}
+	defer metricsListener.Close() // the worker process's once handed over; closing twice is harmless
+
 	// Tracing is on only when an OTLP endpoint is set (OTEL_* variables).
 	tcfg, shutdownTracing, err := tracing.Setup(ctx, "mightyetl-worker")
 	if err != nil {
@@ -53,7 +62,7 @@ func run() int {
 		log.Info("tracing on", "protocol", tcfg.Protocol)
 	}
 
-	p, err := app.NewWorkerProcess(ctx, cfg, loader.Provenance(), true, log)
+	p, err := app.NewWorkerProcess(ctx, cfg, loader.Provenance(), metricsListener, log)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "worker: %s\n", cfg.RedactError(err))
 		return 1

@@ -2,7 +2,9 @@ package main_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -156,4 +158,27 @@ func TestSIGKILLedWorkersJobIsReclaimedAfterDatabaseExpiry(t *testing.T) {
 		t.Fatalf("success events %d %v", lifecycle, err)
 	}
 	_ = b // B is stopped by the test cleanup
+}
+
+// TestTakenMetricsPortFailsFirstNamingTheSetting: with its metrics port
+// taken the worker exits 1 with one line naming the address and
+// MIGHTYETL_METRICS_ADDR, before it tries the database (whose URL points at
+// a closed port).
+func TestTakenMetricsPortFailsFirstNamingTheSetting(t *testing.T) {
+	t.Parallel()
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	p := startWorker(t, "DATABASE_URL=postgres://postgres@127.0.0.1:1/mightyetl?connect_timeout=1", "MIGHTYETL_METRICS_ADDR="+held.Addr().String())
+	err = p.Wait(time.Minute)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("worker with its metrics port taken: %v, want exit status 1", err)
+	}
+	want := "worker: listen " + held.Addr().String() + " (MIGHTYETL_METRICS_ADDR / --metrics-addr): address already in use"
+	if out := strings.TrimSpace(p.Output()); out != want {
+		t.Fatalf("output:\n%s\nwant the one line %q", out, want)
+	}
 }

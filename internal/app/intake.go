@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -100,6 +101,12 @@ type IntakeOptions struct {
 	// Name identifies the process's NATS connection in NATS monitoring
 	// ("mightyetl-intake", "mightyetl-dev").
 	Name string
+	// Listener is the HTTP listener, bound by the caller (ListenHTTP)
+	// before it started anything else; nil means Start binds cfg.HTTPAddr
+	// first. A given listener is the Intake's from NewIntake on: it closes
+	// it when it stops (a Stop before Start too), when Start fails, or when
+	// NewIntake fails.
+	Listener net.Listener
 }
 
 // Intake is one intake process: the intake.Service on the request pool,
@@ -117,7 +124,9 @@ type Intake struct {
 	// NATS_URL.
 	Bridge *natsbridge.Bridge
 
-	ss startstop.Base
+	cfg      config.Intake
+	listener net.Listener // IntakeOptions.Listener; nil: Start binds one
+	ss       startstop.Base
 }
 
 // NewIntake assembles the intake process of cfg on pools: the service's
@@ -125,7 +134,14 @@ type Intake struct {
 // /metrics), /readyz on pools.Health, POST /api/etl/process limited to half
 // of the request pool's connections, the console when cfg.ConsoleEnabled,
 // and the NATS bridge on pools.Relay. Nothing runs until Start.
-func NewIntake(cfg config.Intake, pools IntakePools, o IntakeOptions) (*Intake, error) {
+func NewIntake(cfg config.Intake, pools IntakePools, o IntakeOptions) (in *Intake, err error) {
+	if o.Listener != nil {
+		defer func() {
+			if err != nil {
+				_ = o.Listener.Close()
+			}
+		}()
+	}
 	if pools.Requests == nil {
 		return nil, fmt.Errorf("app: no request pool")
 	}
@@ -185,7 +201,7 @@ func NewIntake(cfg config.Intake, pools IntakePools, o IntakeOptions) (*Intake, 
 	if cons != nil {
 		cons.SetRelayState(bridge.RelayState)
 	}
-	return &Intake{Service: svc, Server: srv, Bridge: bridge}, nil
+	return &Intake{Service: svc, Server: srv, Bridge: bridge, cfg: cfg, listener: o.Listener}, nil
 }
 
 // sampler is the console's rate sampler, or a part that does nothing when
@@ -208,30 +224,48 @@ func (noPart) Stop(context.Context) error  { return nil }
 // so status, list and cancel always find a connection.
 func processConcurrency(conns int32) int { return max(1, int(conns)/2) }
 
-// Start starts the NATS bridge, then the console's rate sampler (when the
-// console is enabled), then the HTTP server (so the first request served
-// finds the relay running), and returns once the server listens. The bridge
-// runs until Stop or until ctx ends; ctx bounds only the server's start-up.
-// An error (the bridge's, the sampler's or the listener's, unwrapped)
-// leaves nothing running; a second Start returns
-// startstop.ErrAlreadyStarted, a Start after Stop startstop.ErrStopped.
+// Start binds the HTTP listener (unless IntakeOptions.Listener gave one),
+// so that a taken port fails before anything started, then starts the NATS
+// bridge, then the console's rate sampler (when the console is enabled),
+// then the HTTP server on the listener (so the first request served finds
+// the relay running), and returns once the server serves. The bridge runs
+// until Stop or until ctx ends; ctx bounds only the server's start-up. An
+// error (ListenHTTP's, naming MIGHTYETL_HTTP_ADDR; the bridge's, the
+// sampler's or the server's, unwrapped) leaves nothing running and the
+// listener closed; a second Start returns startstop.ErrAlreadyStarted, a
+// Start after Stop startstop.ErrStopped.
 func (in *Intake) Start(ctx context.Context) error {
 	return in.ss.Start(ctx, func(ctx context.Context) (startstop.StopFunc, error) {
+		ln := in.listener
+		in.listener = nil // the server's (or closed) from here on
+		if ln == nil {
+			var err error
+			if ln, err = ListenHTTP(ctx, in.cfg); err != nil {
+				in.stopUnstarted(ctx)
+				return nil, err
+			}
+		}
 		if err := in.Service.Start(ctx); err != nil {
+			_ = ln.Close()
+			in.stopUnstarted(ctx)
 			return nil, err
 		}
 		if err := in.Bridge.Start(ctx); err != nil {
+			_ = ln.Close()
+			in.stopUnstarted(ctx)
 			_ = in.Service.Stop(context.WithoutCancel(ctx)) // nothing submitted yet
 			return nil, err
 		}
 		if err := in.sampler().Start(ctx); err != nil {
+			_ = ln.Close()
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), BridgeStopTimeout)
 			defer cancel()
+			_ = in.Server.Stop(stopCtx)
 			_ = in.Bridge.Stop(stopCtx)
 			_ = in.Service.Stop(stopCtx)
 			return nil, err
 		}
-		if err := in.Server.Start(ctx); err != nil {
+		if err := in.Server.StartOn(ctx, ln); err != nil { // closes ln on error
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), BridgeStopTimeout)
 			defer cancel()
 			_ = in.sampler().Stop(stopCtx)
@@ -269,7 +303,21 @@ func (in *Intake) stop(ctx context.Context) error {
 // Stop stops the HTTP server (draining requests in flight until ctx ends),
 // then the NATS bridge. It returns ctx.Err() when ctx ends first (the stop
 // goes on in the background; a later Stop waits for it), or the server's
-// stop error. Safe to call twice, concurrently, and before Start.
+// stop error. Safe to call twice, concurrently, and before Start (which
+// then only closes the HTTP listener).
 func (in *Intake) Stop(ctx context.Context) error {
-	return in.ss.Stop(ctx)
+	err := in.ss.Stop(ctx)
+	if err == nil && !in.ss.Started() && in.listener != nil {
+		_ = in.listener.Close() // given, never served
+	}
+	return err
+}
+
+// stopUnstarted marks the parts Start has not started yet as stopped (a
+// Stop before Start), so that none of them can start after a failed Start.
+func (in *Intake) stopUnstarted(ctx context.Context) {
+	ctx = context.WithoutCancel(ctx)
+	_ = in.Server.Stop(ctx)
+	_ = in.sampler().Stop(ctx)
+	_ = in.Bridge.Stop(ctx)
 }

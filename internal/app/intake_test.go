@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"syscall"
 	"testing"
 	"time"
 
@@ -112,9 +114,10 @@ func TestIntakeStress(t *testing.T) {
 	}), 30*time.Second)
 }
 
-// TestIntakeStartFailureLeavesNothingRunning: a listener that cannot bind
-// stops the bridge and the console's sampler that already started, and the
-// intake is stopped.
+// TestIntakeStartFailureLeavesNothingRunning: a taken HTTP port fails Start
+// first, with one line naming the address and MIGHTYETL_HTTP_ADDR, before
+// the bridge or the console's sampler started (both are stopped: they can
+// never start), and the intake is stopped.
 func TestIntakeStartFailureLeavesNothingRunning(t *testing.T) {
 	t.Parallel()
 	_, url := pgtest.NewDatabase(t)
@@ -136,8 +139,13 @@ func TestIntakeStartFailureLeavesNothingRunning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := second.Start(t.Context()); err == nil {
+	err = second.Start(t.Context())
+	if err == nil {
 		t.Fatal("Start on a taken address succeeded")
+	}
+	want := "listen " + cfg.HTTPAddr + " (MIGHTYETL_HTTP_ADDR / --http-addr): address already in use"
+	if err.Error() != want || !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("Start on a taken address: %q, want %q (wrapping EADDRINUSE)", err, want)
 	}
 	if got := second.Bridge.Start(t.Context()); !errors.Is(got, startstop.ErrStopped) {
 		t.Fatalf("the failed intake's bridge: Start = %v, want ErrStopped (stopped)", got)
@@ -206,5 +214,55 @@ func TestIntakePools(t *testing.T) {
 	}
 	if status != 200 {
 		t.Fatalf("/readyz with the request pool exhausted: %d", status)
+	}
+}
+
+// TestIntakeServesOnTheGivenListener: an intake given a listener serves on
+// it (whatever cfg.HTTPAddr says) and closes it when it stops; one stopped
+// before it started closes its listener too.
+func TestIntakeServesOnTheGivenListener(t *testing.T) {
+	t.Parallel()
+	_, url := pgtest.NewDatabase(t)
+	cfg := testIntakeConfig(url)
+	pools := openTestPools(t, cfg)
+	ln, err := ListenHTTP(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.HTTPAddr = "192.0.2.1:1" // never bound: the listener is used instead
+	in, err := NewIntake(cfg, pools, IntakeOptions{Listener: ln})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := in.Server.Addr(); got != ln.Addr().String() {
+		t.Fatalf("serves on %s, want the given %s", got, ln.Addr())
+	}
+	if got := get(t, "http://"+ln.Addr().String()+"/healthz"); got != http.StatusOK {
+		t.Fatalf("/healthz on the given listener: %d", got)
+	}
+	http.DefaultClient.CloseIdleConnections()
+	if err := in.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ln.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("the given listener after Stop: Accept = %v, want net.ErrClosed", err)
+	}
+
+	unstarted, err := ListenHTTP(t.Context(), testIntakeConfig(url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	never, err := NewIntake(cfg, pools, IntakeOptions{Listener: unstarted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := never.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unstarted.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("the listener of an intake stopped before Start: Accept = %v, want net.ErrClosed", err)
 	}
 }

@@ -51,20 +51,29 @@ type WorkerProcess struct {
 // binary expects; run `etlctl migrate up`.
 var ErrSchemaBehind = errors.New("database schema is not at the expected version; run `etlctl migrate up`")
 
-// NewWorkerProcess connects the pools, checks the schema version and builds the
-// worker. serveMetrics false skips the HTTP listener (the dev process serves
-// one registry for everything). provenance is logged once and exported as
+// NewWorkerProcess connects the pools, checks the schema version and builds
+// the worker. metricsListener is the listener of the metrics and health
+// server, bound by the caller before it started anything (ListenMetrics);
+// nil serves none. The process owns it from here on and closes it when it
+// stops, at a Stop before Start, or when NewWorkerProcess fails. provenance
+// is logged once (LogConfiguration) and the worker's settings exported as
 // mightyetl_worker_config_info.
-func NewWorkerProcess(ctx context.Context, cfg config.Worker, provenance []config.Setting, serveMetrics bool, log *slog.Logger) (*WorkerProcess, error) {
+func NewWorkerProcess(ctx context.Context, cfg config.Worker, provenance []config.Setting, metricsListener net.Listener, log *slog.Logger) (*WorkerProcess, error) {
 	stmtTimeout := worker.StatementTimeout(cfg.RenewInterval)
 	exec, renew, err := OpenPools(ctx, cfg.DatabaseURL, cfg.Concurrency, stmtTimeout, cfg.RenewInterval)
 	if err != nil {
+		if metricsListener != nil {
+			_ = metricsListener.Close()
+		}
 		return nil, err
 	}
 	applied, expected, err := pg.SchemaVersion(ctx, exec)
 	if err != nil || applied != expected {
 		exec.Close()
 		renew.Close()
+		if metricsListener != nil {
+			_ = metricsListener.Close()
+		}
 		if err != nil {
 			return nil, fmt.Errorf("read schema version: %w", err)
 		}
@@ -77,11 +86,7 @@ func NewWorkerProcess(ctx context.Context, cfg config.Worker, provenance []confi
 	m.ConfigInfo.WithLabelValues(build.Version, strconv.FormatInt(applied, 10), cfg.LeaseDuration.String(),
 		cfg.RenewInterval.String(), cfg.SafetyMargin.String(), strconv.Itoa(cfg.Concurrency),
 		cfg.PollInterval.String(), strconv.Itoa(cfg.MaxAttempts)).Set(1)
-	attrs := []any{"version", build.Version, "commit", build.Commit, "schema_version", applied}
-	for _, s := range provenance {
-		attrs = append(attrs, slog.Group(s.Name, "value", s.Value, "source", string(s.Source)))
-	}
-	log.Info("worker configuration", attrs...)
+	LogConfiguration(log, "worker configuration", provenance, "version", build.Version, "commit", build.Commit, "schema_version", applied)
 
 	w := worker.New(worker.Config{
 		OwnerID: cfg.WorkerID, Concurrency: cfg.Concurrency, PollInterval: cfg.PollInterval,
@@ -90,18 +95,24 @@ func NewWorkerProcess(ctx context.Context, cfg config.Worker, provenance []confi
 		StatementTimeout: stmtTimeout, MaxJobDuration: cfg.MaxJobDuration,
 	}, exec, renew, worker.DefaultHandlers(cfg.MaxBatchRecords), m, log)
 	p := &WorkerProcess{Worker: w, Registry: reg, exec: exec, renew: renew, log: log, cfg: cfg}
-	if serveMetrics {
+	if metricsListener != nil {
 		mux := http.NewServeMux()
 		health.Register(mux, exec, reg)
 		p.server = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		p.listener, err = net.Listen("tcp", cfg.MetricsAddr)
-		if err != nil {
-			exec.Close()
-			renew.Close()
-			return nil, fmt.Errorf("listen on MIGHTYETL_METRICS_ADDR: %w", err)
-		}
+		p.listener = metricsListener
 	}
 	return p, nil
+}
+
+// LogConfiguration logs msg once at info with attrs and, for each setting
+// of provenance, a group named after it holding its value and source
+// ("MIGHTYETL_SHUTDOWN_GRACE_PERIOD":{"value":"10s","source":"dev"}).
+// Secret settings are already redacted in provenance.
+func LogConfiguration(log *slog.Logger, msg string, provenance []config.Setting, attrs ...any) {
+	for _, s := range provenance {
+		attrs = append(attrs, slog.Group(s.Name, "value", s.Value, "source", string(s.Source)))
+	}
+	log.Info(msg, attrs...)
 }
 
 // connectNATS subscribes the worker to advisory wake-ups and revocations

@@ -40,7 +40,11 @@ func newTestWorkerProcess(t *testing.T, cfg config.Worker) *WorkerProcess {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p, err := NewWorkerProcess(ctx, cfg, nil, true, slog.New(slog.DiscardHandler))
+	ln, err := ListenMetrics(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewWorkerProcess(ctx, cfg, nil, ln, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

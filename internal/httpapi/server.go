@@ -235,14 +235,30 @@ func (s *Server) Console() *console.Console { return s.opts.Console }
 // the listen error, if any (the server is then stopped: it runs once); ctx
 // bounds only the start-up.
 func (s *Server) Start(ctx context.Context) error {
-	return s.ss.Start(ctx, s.start)
+	return s.ss.Start(ctx, func(ctx context.Context) (startstop.StopFunc, error) { return s.start(ctx, nil) })
 }
 
-func (s *Server) start(ctx context.Context) (startstop.StopFunc, error) {
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", s.opts.Addr)
+// StartOn is Start on ln, a listener the caller bound (so that a taken
+// port fails before anything else started): it serves on ln, whatever
+// Options.Addr says, and closes ln when it stops. When it cannot start (a
+// second start, a start after Stop) it closes ln and returns
+// startstop's error.
+func (s *Server) StartOn(ctx context.Context, ln net.Listener) error {
+	err := s.ss.Start(ctx, func(ctx context.Context) (startstop.StopFunc, error) { return s.start(ctx, ln) })
 	if err != nil {
-		return nil, fmt.Errorf("listen: %w", err)
+		_ = ln.Close()
+	}
+	return err
+}
+
+// start serves on ln, or on a listener of Options.Addr when ln is nil.
+func (s *Server) start(ctx context.Context, ln net.Listener) (startstop.StopFunc, error) {
+	if ln == nil {
+		var lc net.ListenConfig
+		var err error
+		if ln, err = lc.Listen(ctx, "tcp", s.opts.Addr); err != nil {
+			return nil, fmt.Errorf("listen: %w", err)
+		}
 	}
 	s.mu.Lock()
 	s.ln = ln

@@ -61,7 +61,7 @@ func WorkerProcess(t testing.TB, getenv func(string) string) *app.WorkerProcess 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	wp, err := app.NewWorkerProcess(ctx, wcfg, l.Provenance(), false, slog.New(slog.DiscardHandler))
+	wp, err := app.NewWorkerProcess(ctx, wcfg, l.Provenance(), nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
