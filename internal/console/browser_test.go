@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
@@ -352,6 +353,35 @@ func TestConsoleInBrowser(t *testing.T) {
 	if n := count("#jobs-body tr"); n != 9 {
 		t.Fatalf("jobs page shows %d rows, want 9", n)
 	}
+	// A job id shows as "…" and its last 8 characters (a UUIDv7's first 8
+	// are its creation time, the same for every job here), the full id on
+	// hover (title) and a copy button that puts the full id on the clipboard.
+	checkShortID := func(where, id string) {
+		t.Helper()
+		sel := strconv.Quote(`a[href="/console/jobs/` + id + `"]`)
+		got := get(where+": short id", chromedp.Evaluate[string](`(() => {
+			const a = document.querySelector(`+sel+`);
+			if (!a) { return "no link"; }
+			const b = a.closest(".jobid") && a.closest(".jobid").querySelector("button.copy");
+			return a.textContent + "|" + a.title + "|" + (b ? b.textContent : "no copy button");
+		})()`))
+		if want := "…" + id[len(id)-8:] + "|" + id + "|Copy"; got != want {
+			t.Fatalf("%s: job link shows %q, want %q (text|title|button)", where, got, want)
+		}
+	}
+	checkShortID("jobs page", running)
+	if _, err := chromedp.CallBrowser(bctx, cdpbrowser.SetPermission, cdpbrowser.SetPermissionParams{
+		Permission: &cdpbrowser.PermissionDescriptor{Name: "clipboard-read"}, Setting: cdpbrowser.PermissionSettingGranted,
+		Origin: s.base}); err != nil {
+		t.Fatal(err)
+	}
+	// The live refresh waits while the pointer is over the table, so the
+	// row clicked is the row read.
+	step("copy id", chromedp.Click(chromedp.CSS(`tr:has(a[href="/console/jobs/`+running+`"]) button.copy`)),
+		chromedp.WaitVisible(chromedp.CSS(`tr:has(a[href="/console/jobs/`+running+`"]) button.copy.copied`)))
+	if got := get("clipboard", chromedp.Evaluate[string](`navigator.clipboard.readText()`, chromedp.EvalAwaitPromise)); got != running {
+		t.Fatalf("the copy button put %q on the clipboard, want %q", got, running)
+	}
 	step("filter", chromedp.SetValue(chromedp.CSS("select[name=state]"), "FAILED"),
 		chromedp.Click(chromedp.CSS("#job-filter button[type=submit]")),
 		// The filtered page, not the one the click left: the failed row is
@@ -359,7 +389,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.WaitReady(chromedp.CSS(`select[name=state] option[selected]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#jobs-body .status-failed`)))
 	text = get("filtered rows", chromedp.Text(chromedp.ID("jobs-body")))
-	if n := count("#jobs-body tr"); n != 1 || !strings.Contains(text, failed) {
+	if n := count("#jobs-body tr"); n != 1 || count(`#jobs-body a[href="/console/jobs/`+failed+`"]`) != 1 {
 		t.Fatalf("FAILED filter shows %d rows: %s", n, text)
 	}
 
@@ -370,6 +400,42 @@ func TestConsoleInBrowser(t *testing.T) {
 	if !strings.Contains(text, "console-test-worker-1") || !strings.Contains(text, "renewing") {
 		t.Fatalf("workers page:\n%s", text)
 	}
+
+	// A narrow window (800 px): the page does not scroll sideways, and the
+	// jobs table's last column is in view once its own scroll container is
+	// scrolled to the end.
+	step("narrow jobs", chromedp.EmulateViewport(800, 900), chromedp.Navigate(s.base+"/console/jobs"),
+		chromedp.WaitVisible(chromedp.ID("jobs-body")))
+	shot("jobs-narrow")
+	narrowLayout := `(() => {
+		const th = Array.from(document.querySelectorAll("#jobs-table thead th")).find(e => e.textContent.trim() === "Updated");
+		if (!th) { return "no Updated header"; }
+		const page = document.documentElement;
+		if (page.scrollWidth > window.innerWidth) { return "the page scrolls sideways: " + page.scrollWidth + " px wide in " + window.innerWidth; }
+		let box = th.parentElement;
+		while (box && box !== document.body && !["auto", "scroll"].includes(getComputedStyle(box).overflowX)) { box = box.parentElement; }
+		if (box && box !== document.body) { box.scrollLeft = box.scrollWidth; }
+		const r = th.getBoundingClientRect();
+		if (r.left < 0 || r.right > window.innerWidth) { return "Updated header at " + r.left + ".." + r.right + " in " + window.innerWidth; }
+		return "ok";
+	})()`
+	if layout := get("narrow layout", chromedp.Evaluate[string](narrowLayout)); layout != "ok" {
+		t.Fatalf("jobs table at 800 px: %s", layout)
+	}
+	// The rows the live refresh draws (console.js) look the same: short id,
+	// title, copy button, and the same layout.
+	func() {
+		ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
+		defer cancel()
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById("live-status").textContent.startsWith("Live: updated")`)); err != nil {
+			t.Fatalf("no live refresh of the jobs page: %v", err)
+		}
+	}()
+	checkShortID("jobs page after a live refresh", running)
+	if layout := get("narrow layout after a live refresh", chromedp.Evaluate[string](narrowLayout)); layout != "ok" {
+		t.Fatalf("jobs table at 800 px after a live refresh: %s", layout)
+	}
+	step("wide again", chromedp.EmulateViewport(1280, 900))
 
 	// A PENDING diagnostic job holds its payload: its record count shows.
 	step("pending detail", chromedp.Navigate(s.base+"/console/jobs/"+pending[4]), chromedp.WaitVisible(chromedp.ID("cancel-job")))
@@ -471,9 +537,10 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("after replay the browser is at %q", href)
 	}
 	text = get("replay job text", chromedp.Text(chromedp.CSS("main")))
-	if !strings.Contains(text, "Replay created from job "+source.String()) || !strings.Contains(text, "Generation 1: replays source "+source.String()) {
+	if !strings.Contains(text, "Replay created from job "+source.String()) || !strings.Contains(text, "Generation 1: replays source") {
 		t.Fatalf("replay job page:\n%s", text)
 	}
+	checkShortID("replay lineage", source.String())
 	s.waitStatus(child, "SUCCEEDED")
 	var loaded []string
 	rows, err := s.pool.Query(context.Background(), `SELECT data FROM processed_data WHERE job_record_id = $1 ORDER BY data`, child)

@@ -63,7 +63,15 @@ var funcs = template.FuncMap{
 		}
 		return strconv.FormatFloat(t.Sub(now).Seconds(), 'f', 1, 64)
 	},
-	"lower":  strings.ToLower,
+	// short is "…" and a job id's last 8 characters: a UUIDv7 begins with
+	// its creation time, so jobs created within about 65 s of each other
+	// share their first 8; the random tail tells them apart.
+	"short": func(id uuid.UUID) string { s := id.String(); return "…" + s[len(s)-8:] },
+	"lower": strings.ToLower,
+	// breakable lets a narrow column wrap a code after its underscores.
+	"breakable": func(s string) template.HTML {
+		return template.HTML(strings.ReplaceAll(template.HTMLEscapeString(s), "_", "_<wbr>"))
+	},
 	"active": func(s string) bool { return s == pg.StatusPending || s == pg.StatusRunning },
 	"code": func(j pg.OpsJob) string {
 		if j.FailureCode != nil {

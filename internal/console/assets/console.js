@@ -2,9 +2,13 @@
 // complete without this script. It (1) refreshes the first page of the job
 // list every 5 seconds from /api/ops/jobs, pausing while the operator
 // interacts (focus in the filters or the table, pointer over the table, tab
-// hidden, or the pause button), and (2) counts a lease's expiry down from
-// the database-clock value the page was rendered with. Same-origin requests
-// only; no external code.
+// hidden, or the pause button), (2) counts a lease's expiry down from
+// the database-clock value the page was rendered with, and (3) adds a copy
+// button to every job id ([data-copy]): it writes the full id with
+// navigator.clipboard, or, where that is missing or refused (a page not
+// served from a secure context), shows the id selected in a read-only field
+// to copy by hand. Same-origin requests only; no external code; no inline
+// handlers (the Content-Security-Policy allows only this file's script).
 (function () {
   "use strict";
   function text(tag, value, cls) {
@@ -14,6 +18,69 @@
     return el;
   }
   function fmt(iso) { return iso ? iso.replace("T", " ").replace(/\.\d+Z$/, "Z") : ""; }
+
+  // addCopy appends a copy button for el's data-copy value (once).
+  function addCopy(el) {
+    var id = el.dataset.copy;
+    if (!id || el.querySelector("button.copy")) { return; }
+    var b = text("button", "Copy", "copy");
+    b.type = "button";
+    b.title = "Copy the full job id " + id;
+    var done = function (label) {
+      b.textContent = label;
+      b.classList.add("copied");
+      setTimeout(function () { b.textContent = "Copy"; b.classList.remove("copied"); }, 2000);
+    };
+    var fallback = function () {
+      var f = el.querySelector("input.copy-fallback");
+      if (!f) {
+        f = document.createElement("input");
+        f.className = "copy-fallback";
+        f.readOnly = true;
+        f.size = id.length;
+        f.value = id;
+        f.setAttribute("aria-label", "Job id");
+        f.addEventListener("blur", function () { f.remove(); });
+        el.appendChild(f);
+      }
+      f.focus();
+      f.select();
+      b.textContent = "Press Ctrl+C";
+    };
+    b.addEventListener("click", function () {
+      if (navigator.clipboard && window.isSecureContext) {
+        navigator.clipboard.writeText(id).then(function () { done("Copied"); }, fallback);
+      } else {
+        fallback();
+      }
+    });
+    el.appendChild(b);
+  }
+  // stamp is a table cell with a time as the server renders it: date and
+  // clock, each kept on one line.
+  function stamp(iso) {
+    var td = document.createElement("td");
+    td.className = "time";
+    fmt(iso).split(" ").forEach(function (part, i) {
+      if (i > 0) { td.appendChild(document.createTextNode(" ")); }
+      td.appendChild(text("span", part, "nowrap"));
+    });
+    return td;
+  }
+  // jobID is a job id as the server's "jobid" template renders it.
+  function jobID(id) {
+    var span = document.createElement("span");
+    span.className = "jobid";
+    span.dataset.copy = id;
+    var a = document.createElement("a");
+    a.href = "/console/jobs/" + id;
+    a.title = id;
+    a.appendChild(text("code", "\u2026" + id.slice(-8)));
+    span.appendChild(a);
+    addCopy(span);
+    return span;
+  }
+  document.querySelectorAll("[data-copy]").forEach(addCopy);
 
   var status = document.getElementById("live-status");
   var table = document.getElementById("jobs-table");
@@ -45,19 +112,22 @@
       (data.jobs || []).forEach(function (j) {
         var tr = document.createElement("tr");
         var td = document.createElement("td");
-        var a = document.createElement("a");
-        a.href = "/console/jobs/" + j.jobRecordId;
-        a.appendChild(text("code", j.jobRecordId));
-        td.appendChild(a); tr.appendChild(td);
+        td.appendChild(jobID(j.jobRecordId)); tr.appendChild(td);
         td = document.createElement("td");
         td.appendChild(text("span", j.jobStatus, "status status-" + j.jobStatus.toLowerCase()));
         tr.appendChild(td);
         tr.appendChild(text("td", j.jobKind));
         td = document.createElement("td"); td.appendChild(text("code", j.owner)); tr.appendChild(td);
         tr.appendChild(text("td", j.attemptCount + " / " + j.maxAttempts));
-        tr.appendChild(text("td", j.code || ""));
-        tr.appendChild(text("td", fmt(j.createdAt)));
-        tr.appendChild(text("td", fmt(j.updatedAt)));
+        td = document.createElement("td");
+        td.className = "code";
+        (j.code || "").split("_").forEach(function (part, i) {
+          if (i > 0) { td.appendChild(document.createTextNode("_")); td.appendChild(document.createElement("wbr")); }
+          td.appendChild(document.createTextNode(part));
+        });
+        tr.appendChild(td);
+        tr.appendChild(stamp(j.createdAt));
+        tr.appendChild(stamp(j.updatedAt));
         rows.appendChild(tr);
       });
       if (!data.jobs || data.jobs.length === 0) {
