@@ -82,11 +82,18 @@ func WithBearerToken(ts TokenSource) Option {
 	}
 }
 
-// WithHTTPClient sends requests through hc instead of a client of its own
-// (timeouts, proxies, TLS and transport belong there). hc must not follow
-// redirects for POST requests in ways that drop headers; the API answers
-// none.
-func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+// WithHTTPClient sends requests through hc's transport, timeout and cookie
+// jar instead of a client of its own (proxies and TLS belong there). The
+// Client uses a copy of hc that follows no redirect, whatever hc's
+// CheckRedirect says; hc itself is not changed. A nil hc keeps the default
+// client.
+func WithHTTPClient(hc *http.Client) Option {
+	return func(c *Client) {
+		if hc != nil {
+			c.hc = hc
+		}
+	}
+}
 
 // WithUserAgent sets the User-Agent header; empty keeps DefaultUserAgent.
 func WithUserAgent(ua string) Option {
@@ -173,7 +180,20 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	for _, o := range opts {
 		o(c)
 	}
+	c.hc = withoutRedirects(c.hc)
 	return c, nil
+}
+
+// withoutRedirects returns a copy of hc that answers a redirect as the
+// response itself. The API sends no redirect, and following one would send
+// the request's credentials, idempotency key and body to wherever the
+// Location points: Go's client keeps Authorization on another port or
+// scheme of the same host, and a 307 or 308 repeats the body to any host.
+// do turns the 3xx answer into an *Error.
+func withoutRedirects(hc *http.Client) *http.Client {
+	cp := *hc
+	cp.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &cp
 }
 
 // BaseURL returns the service address the client calls.
@@ -205,13 +225,16 @@ type response struct {
 
 // do sends c, retrying transient failures with the same request. It returns
 // a response with a success or 304 status, or an error: an *Error for a
-// problem, the context's error, or a transport error after the budget.
+// problem or a redirect (never followed nor retried: redirectError), the
+// context's error, or a transport error after the budget.
 func (c *Client) do(ctx context.Context, cl call) (*response, error) {
 	var lastErr error
 	for attempt := 1; ; attempt++ {
 		res, err := c.once(ctx, cl)
 		var retryAfter time.Duration
 		switch {
+		case err == nil && res.status >= 300 && res.status < 400 && res.status != http.StatusNotModified:
+			return nil, redirectError(res.status)
 		case err == nil && res.status < 400:
 			return res, nil
 		case err == nil:
@@ -295,6 +318,15 @@ func (c *Client) once(ctx context.Context, cl call) (*response, error) {
 		return nil, err
 	}
 	return &response{status: res.StatusCode, header: res.Header, body: b}, nil
+}
+
+// redirectError is the error of a 3xx answer other than 304: an *Error
+// with CodeUnexpectedResponse and the status, whose detail names the status
+// but not the Location (which may carry anything the redirecting party put
+// in it).
+func redirectError(status int) *Error {
+	return &Error{Code: CodeUnexpectedResponse, Status: status,
+		Detail: fmt.Sprintf("redirect (%d %s) not followed: the API answers none; check the base URL", status, http.StatusText(status))}
 }
 
 // problemOf decodes a failure answer.

@@ -22,6 +22,11 @@
 // first one's job, so a retry after a lost answer never makes a second job.
 // Deterministic problems (4xx other than 429, 500) are never retried.
 //
+// The client follows no redirect, even through WithHTTPClient: the API
+// answers none, so credentials, keys and bodies go only to the base URL. A
+// 3xx answer other than 304 is an *Error with CodeUnexpectedResponse and
+// the redirect's status.
+//
 // Wait polls a job conditionally (If-None-Match, 304 Not Modified) at the
 // interval the service advises with Retry-After, until the job is terminal
 // or the context ends. All iterates over every page of the caller's jobs,
