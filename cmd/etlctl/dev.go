@@ -184,10 +184,10 @@ func runDev(args []string) int {
 			devPrincipal, password, randomHex(8), base)
 		// The same with the CLI (`etlctl jobs`), from the repository root
 		// in another shell; the README shows these lines.
-		fmt.Println("or with the CLI, in another shell:")
+		fmt.Println("or with the CLI (make build puts it in bin/), in another shell:")
 		fmt.Printf("export MIGHTYETL_API_URL=%s MIGHTYETL_API_USER=%s MIGHTYETL_API_PASSWORD=%s\n", base, devPrincipal, password)
-		fmt.Println(`echo '[{"id":"a1","name":"jane","email":"Jane@Example.COM","amount":"999.9"}]' | go run ./cmd/etlctl jobs submit`)
-		fmt.Println("go run ./cmd/etlctl jobs wait <JOB ID printed by submit>")
+		fmt.Println(`echo '[{"id":"a1","name":"jane","email":"Jane@Example.COM","amount":"999.9"}]' | bin/etlctl jobs submit`)
+		fmt.Println("bin/etlctl jobs wait <JOB ID printed by submit>")
 	}
 	<-ctx.Done()
 	log.Info("shutdown requested; draining")

@@ -54,9 +54,10 @@ func startDevForCLI(t *testing.T, extra ...string) *devCLI {
 	return d
 }
 
-// local replaces the printed "go run ./cmd/etlctl" with the built binary.
+// local replaces the printed "bin/etlctl" (what `make build` makes) with
+// the test's built binary.
 func (d *devCLI) local(line string) string {
-	return strings.ReplaceAll(line, "go run ./cmd/etlctl", d.bin)
+	return strings.ReplaceAll(line, "bin/etlctl", d.bin)
 }
 
 // run runs the binary with args and the printed connection settings.
@@ -97,8 +98,9 @@ func (d *devCLI) client(t *testing.T) *client.Client {
 
 // TestREADMECLILinesWorkAgainstDev runs the export, submit and wait lines
 // `etlctl dev` prints (the README's run section shows the same lines) in a
-// shell exactly as printed, with the built binary standing in for
-// `go run ./cmd/etlctl`, and sees the job succeed.
+// shell exactly as printed, with the test's built binary standing in for
+// `bin/etlctl`, and sees the job succeed (TestREADMEWaitExitCodes builds
+// it as the README says and checks wait's exit statuses).
 func TestREADMECLILinesWorkAgainstDev(t *testing.T) {
 	d := startDevForCLI(t)
 	readme, err := os.ReadFile("../../README.md")
