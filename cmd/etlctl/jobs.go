@@ -36,7 +36,7 @@ Commands:
   submit   [--file F | stdin] [--jsonl] [--key K]   submit a JSON array of records (or JSON Lines, one job per line); prints job id and key
   get      ID                                      show a job
   list     [--status S] [--limit N] [--cursor C] [--all]   list your jobs, newest first
-  cancel   ID [--key K]                            cancel a PENDING or RUNNING job
+  cancel   ID [--key K]                            cancel a PENDING or RUNNING job (again: replays, exit 0)
   replay   ID [--file F | stdin] [--key K]         run a FAILED or CANCELLED job again (body: the original payload, byte for byte)
   wait     ID [--timeout D]                        wait until the job ends; prints its final state
   process  [--file F | stdin] [--key K]            validate, transform and load records synchronously
@@ -49,10 +49,12 @@ Connection (flag, else environment variable):
   --token          MIGHTYETL_API_TOKEN      bearer token (JWT) instead of Basic credentials
 Every command takes -o table|json (default: table on a terminal, json otherwise).
 Without --key a random idempotency key is generated and printed; repeat a request with it.
+cancel's default key is etlctl-cancel-<job id>: cancelling a job again replays the first cancel.
 Transient failures (connection errors, 429, 503) are retried with the same key and body.
 
 Exit status: 0 done; 2 bad usage; 5 the service answered a problem (printed as
-"<errorCode> (<status>): <detail>") or could not be reached. wait: 0 SUCCEEDED,
+"<errorCode> (<status>): <detail>", after "record <n>: ", the 0-based position in
+the batch, for an invalid record) or could not be reached. wait: 0 SUCCEEDED,
 1 FAILED, 3 CANCELLED, 4 timeout.
 
 Examples:
@@ -161,8 +163,15 @@ func (c *jobsCmd) parse(args []string, positionals int) ([]string, bool) {
 	return pos, true
 }
 
-// client builds the API client from the connection settings.
+// client builds the API client from the connection settings. The address
+// is checked first: credentials in it are the mistake to name, not the
+// variables that are then missing. Messages name this tool's flags and
+// variables, never the Go client's options, and never print a credential.
 func (c *jobsCmd) client() (*client.Client, bool) {
+	if _, err := client.New(c.url); err != nil {
+		c.badURL(err)
+		return nil, false
+	}
 	var opts []client.Option
 	switch {
 	case c.token != "" && (c.user != "" || c.passwordFile != ""):
@@ -192,17 +201,34 @@ func (c *jobsCmd) client() (*client.Client, bool) {
 	opts = append(opts, client.WithUserAgent("etlctl"))
 	cl, err := client.New(c.url, opts...)
 	if err != nil {
-		fmt.Fprintf(c.errw, "etlctl jobs %s: MIGHTYETL_API_URL: %v\n", c.name, strings.TrimPrefix(err.Error(), "mightyetl: "))
+		c.badURL(err)
 		return nil, false
 	}
 	return cl, true
 }
 
-// fail prints err on one line and returns exitAPI.
+// badURL prints why client.New refused the address.
+func (c *jobsCmd) badURL(err error) {
+	if errors.Is(err, client.ErrURLCredentials) {
+		// The client's text names its Go options; name this tool's settings.
+		fmt.Fprintf(c.errw, "etlctl jobs %s: --url / MIGHTYETL_API_URL must not hold credentials: "+
+			"give them as MIGHTYETL_API_USER with MIGHTYETL_API_PASSWORD (or --password-file), or as MIGHTYETL_API_TOKEN\n", c.name)
+		return
+	}
+	fmt.Fprintf(c.errw, "etlctl jobs %s: --url / MIGHTYETL_API_URL: %s\n", c.name, strings.TrimPrefix(err.Error(), "mightyetl: "))
+}
+
+// fail prints err on one line and returns exitAPI: a problem as
+// "<errorCode> (<status>): <detail>", preceded by "record <n>: " when it
+// names the invalid record's position in the batch.
 func (c *jobsCmd) fail(err error) int {
 	var p *client.Error
 	if errors.As(err, &p) {
-		fmt.Fprintf(c.errw, "etlctl jobs %s: %s (%d): %s\n", c.name, p.Code, p.Status, p.Detail)
+		record := ""
+		if p.RecordIndex != nil {
+			record = fmt.Sprintf("record %d: ", *p.RecordIndex)
+		}
+		fmt.Fprintf(c.errw, "etlctl jobs %s: %s%s (%d): %s\n", c.name, record, p.Code, p.Status, p.Detail)
 	} else {
 		fmt.Fprintf(c.errw, "etlctl jobs %s: %s\n", c.name, strings.ReplaceAll(err.Error(), "\n", " "))
 	}
@@ -396,11 +422,26 @@ func (c *jobsCmd) list(args []string) int {
 	return exitOK
 }
 
+// cancelKeyPrefix starts the cancellation key cancel sends without --key.
+const cancelKeyPrefix = "etlctl-cancel-"
+
+// cancelKey is the default cancellation key of job id: cancelKeyPrefix and
+// the id in lower case (the service reads ids case-insensitively), so every
+// `etlctl jobs cancel ID` of one job is one intent: a repeat replays the
+// first (200, replayed) instead of being refused as another key (422
+// etl_job_cancellation_key_reused). A job id is 36 characters of the key
+// alphabet, so the key (50 characters) is valid; an id that is not one is
+// answered etl_job_not_found before the key is looked at.
+func cancelKey(id string) string { return cancelKeyPrefix + strings.ToLower(id) }
+
 func (c *jobsCmd) cancel(args []string) int {
-	key := c.fs.String("key", "", "idempotency key; generated when empty")
+	key := c.fs.String("key", "", "idempotency key; default "+cancelKeyPrefix+"<job id>, so repeating a cancel replays it")
 	pos, cl, _, ok := c.setup(args, 1, nil)
 	if !ok {
 		return exitUsage
+	}
+	if *key == "" {
+		*key = cancelKey(pos[0])
 	}
 	ctx, stop := signalContext()
 	defer stop()

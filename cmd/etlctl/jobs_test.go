@@ -201,8 +201,18 @@ func TestJobsCommands(t *testing.T) {
 	out, _, code = d.run(t, "", "jobs", "cancel", sub.JobID, "-o", "json")
 	var cn client.Cancellation
 	decode(out, &cn)
-	if code != 0 || cn.Job.Status != client.StatusCancelled {
+	if code != 0 || cn.Job.Status != client.StatusCancelled || cn.Replayed || cn.Key != "etlctl-cancel-"+sub.JobID {
 		t.Fatalf("cancel: %d %q", code, out)
+	}
+	// Cancelling again without --key (upper-case id, as the service reads
+	// ids case-insensitively) replays the first cancellation: exit 0, the
+	// same key and cancellation time, replayed.
+	out, errOut, code = d.run(t, "", "jobs", "cancel", strings.ToUpper(sub.JobID), "-o", "json")
+	var again client.Cancellation
+	decode(out, &again)
+	if code != 0 || !again.Replayed || again.Key != cn.Key || again.Job.Status != client.StatusCancelled ||
+		!again.Job.UpdatedAt.Equal(cn.Job.UpdatedAt) {
+		t.Fatalf("second cancel: %d %q %q", code, out, errOut)
 	}
 	out, _, code = d.run(t, "", "jobs", "wait", sub.JobID)
 	if code != 3 || !strings.Contains(out, "CANCELLED") {
@@ -241,8 +251,10 @@ func TestJobsCommands(t *testing.T) {
 	if code != 5 || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "etl_job_not_found (404): ") {
 		t.Fatalf("get of an absent job: %d %q", code, errOut)
 	}
-	_, errOut, code = d.run(t, `[{"name":"x"}]`, "jobs", "submit")
-	if code != 5 || !strings.Contains(errOut, "etl_invalid_record (422)") {
+	// An invalid record: its position in the batch, never its content or id.
+	_, errOut, code = d.run(t, `[{"id":"ok1"},{"id":"ok2"},{"id":"bad-3","amount":"1e3"}]`, "jobs", "submit")
+	if code != 5 || !strings.HasPrefix(errOut, "etlctl jobs submit: record 2: etl_invalid_record (422): ") ||
+		strings.Count(errOut, "\n") != 1 || strings.Contains(errOut, "bad-3") || strings.Contains(errOut, "1e3") {
 		t.Fatalf("invalid record: %d %q", code, errOut)
 	}
 	// Wrong password: the password is never printed (run checks).
