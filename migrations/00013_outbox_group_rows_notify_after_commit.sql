@@ -21,9 +21,16 @@ CREATE TRIGGER etl_outbox_notify_relay_trigger
 -- +goose StatementEnd
 
 -- +goose Down
+-- Down restores 00004's trigger (notify once per statement, only when it
+-- inserted rows), the one in place before this migration. Until issue 29 it
+-- restored 00001's statement trigger instead, which notifies at the commit
+-- of every inserting statement, even one that inserted no row. A released
+-- migration's up never changes; this down section was corrected in place
+-- because a down can be repaired nowhere else.
 -- +goose StatementBegin
 DROP TRIGGER IF EXISTS etl_outbox_notify_relay_trigger ON etl_outbox_events;
 CREATE TRIGGER etl_outbox_notify_relay_trigger
     AFTER INSERT ON etl_outbox_events
-    FOR EACH STATEMENT EXECUTE FUNCTION etl_outbox_notify_relay();
+    REFERENCING NEW TABLE AS inserted_outbox_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION etl_outbox_notify_relay_when_inserted();
 -- +goose StatementEnd
