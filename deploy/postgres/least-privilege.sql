@@ -64,6 +64,18 @@ ALTER ROLE mightyetl_migrator_role NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSR
 -- and older grant CREATE there to PUBLIC): a role that could would be able
 -- to plant a table, view or function that a later search_path lookup finds.
 REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+-- Nor does anyone but the database owner create temporary tables (PUBLIC
+-- may by default): a session's temporary schema comes first in its
+-- search_path, so a temporary table could stand in for a mightyETL table in
+-- any statement that names it unqualified. The migrations' functions pin
+-- their search_path (00019) as well; this keeps the application's own
+-- statements safe too.
+DO $temporary$
+BEGIN
+    EXECUTE format('REVOKE TEMPORARY ON DATABASE %I FROM PUBLIC, mightyetl_migrator_role, '
+                   'mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role', current_database());
+END
+$temporary$;
 
 ------------------------------------------------------------------------------
 -- Migrator: owns every mightyETL object and may create new ones. Owning a

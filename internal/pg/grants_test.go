@@ -182,11 +182,13 @@ func assertDenied(t *testing.T, pool *pgxpool.Pool, role string, stmts map[strin
 	}
 }
 
-// Denied to every application role: creating objects in schema public and
-// running the intake's SECURITY DEFINER cancellation.
+// Denied to every application role: creating objects in schema public or
+// temporary tables (a temporary table comes first in a session's
+// search_path).
 var appRoleDenials = map[string]string{
 	"create a table in public": `CREATE TABLE planted_table (x int)`,
 	"create a function":        `CREATE FUNCTION planted_function() RETURNS int LANGUAGE sql AS 'SELECT 1'`,
+	"create a temporary table": `CREATE TEMP TABLE planted_temporary_table (x int)`,
 }
 
 // The intake role of the grant script runs every intake store function
