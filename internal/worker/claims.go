@@ -24,9 +24,14 @@ type running struct {
 	cancel context.CancelCauseFunc
 	lost   bool // renewal stopped for this claim
 	// finishing is true while a completer holds the claim's success (in a
-	// group or its transaction, which locks the job row): renewal leaves it
-	// alone, so it never waits on the worker's own finish, and a lease the
-	// finish ended is not counted stale. Cleared when the finish failed.
+	// group or its transaction, which locks the job row). Renewal goes on
+	// for it: a finish that fails or times out again and again keeps its
+	// lease, and renewal never waits on the transaction (the renewal
+	// statement skips the locked row and answers busy). But a renewal that
+	// matched zero rows is not a loss while it is set: the finish may have
+	// committed and ended the lease, and the finish's fenced write decides
+	// (lease.ErrLost when it matched nothing). Cleared when the finish
+	// failed; a committed finish keeps it until the claim settles.
 	finishing bool
 	// timedOut is true once the attempt passed MaxJobDuration: renewal
 	// stops, and the job is failed with etl_job_timeout.
@@ -222,9 +227,10 @@ func (s *claimSet) takeRechecks() []*running {
 }
 
 // renewsLocked reports whether renewal covers r (s.mu held): it is live,
-// not lost, not in a completer's hands and not timed out.
+// not lost and not timed out. A finishing claim is renewed too (see
+// running.finishing for how its results count).
 func (s *claimSet) renewsLocked(r *running) bool {
-	return s.live[r.claim.ClaimID] == r && !r.lost && !r.finishing && !r.timedOut
+	return s.live[r.claim.ClaimID] == r && !r.lost && !r.timedOut
 }
 
 // renewable snapshots the claims renewal still covers.
@@ -241,8 +247,8 @@ func (s *claimSet) renewable() []*running {
 }
 
 // setFinishing marks the claims of rs as held by a completer, or no longer
-// (their finish failed and will be tried again): renewal skips them while
-// marked.
+// (their finish failed and will be tried again): while marked, renewal
+// still extends them but never counts them stale, revoked or out of time.
 func (s *claimSet) setFinishing(rs []*running, on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

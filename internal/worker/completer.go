@@ -291,6 +291,9 @@ func (cp *Completer) commitFinish(batch []*finishReq) error {
 	if err != nil {
 		return err
 	}
+	if cp.sig.afterFinishCommit != nil {
+		cp.sig.afterFinishCommit()
+	}
 	if len(won) > 0 {
 		cp.notify.Kick()
 	}

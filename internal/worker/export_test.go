@@ -13,6 +13,9 @@ type TestHooks struct {
 	// InFinishTx runs inside each finish transaction after the fenced
 	// success locked the won job rows, before the target rows are written.
 	InFinishTx func()
+	// AfterFinishCommit runs after a finish transaction committed, before
+	// its results are answered (the claims still live and finishing).
+	AfterFinishCommit func()
 	// WriteFailed runs when a fenced write failed with a database error,
 	// before it is tried again.
 	WriteFailed func()
@@ -22,6 +25,7 @@ type TestHooks struct {
 type TestSignals struct {
 	Claimed     <-chan int      // after each claim statement: the number claimed
 	RenewRound  <-chan struct{} // at the start of each scheduled renewal round
+	RenewBusy   <-chan int      // a renewal statement found claims busy: their number
 	FinishGroup <-chan [2]int   // before each finish transaction: its jobs and target rows
 	Lost        <-chan string   // a claim was lost: its metrics.Lost* reason
 	Outcome     <-chan string   // a claim settled: its metrics.Outcome* value ("" abandoned)
@@ -31,12 +35,14 @@ type TestSignals struct {
 func (w *Worker) SetUpTest(h TestHooks) TestSignals {
 	s := &w.signals
 	s.beforeFinish, s.beforeRenew, s.inFinishTx, s.writeFailed = h.BeforeFinish, h.BeforeRenew, h.InFinishTx, h.WriteFailed
+	s.afterFinishCommit = h.AfterFinishCommit
 	s.claimed.init()
 	s.renewRound.init()
+	s.renewBusy.init()
 	s.finishGroup.init()
 	s.lost.init()
 	s.outcome.init()
-	return TestSignals{Claimed: s.claimed.ch, RenewRound: s.renewRound.ch, FinishGroup: s.finishGroup.ch,
+	return TestSignals{Claimed: s.claimed.ch, RenewRound: s.renewRound.ch, RenewBusy: s.renewBusy.ch, FinishGroup: s.finishGroup.ch,
 		Lost: s.lost.ch, Outcome: s.outcome.ch}
 }
 

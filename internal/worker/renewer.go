@@ -163,6 +163,9 @@ func (rn *Renewer) renewClaims(pending []*running, retry bool) {
 		var wait time.Duration
 		if err == nil {
 			pending = rn.applyRenewals(pending, res, sent, !retry)
+			if len(pending) > 0 {
+				rn.sig.renewBusy.signal(len(pending))
+			}
 			if len(pending) == 0 || !retry {
 				return
 			}
@@ -199,16 +202,21 @@ func (rn *Renewer) renewClaims(pending []*running, retry bool) {
 }
 
 // dropExpired declares lost every claim whose conservative deadline is within
-// the guard and returns the rest.
+// the guard and returns the rest. A finishing claim out of time is only
+// dropped from this round, not declared lost: its finish is in flight, the
+// database's fence decides it, and the executor stops retrying a failed
+// finish by the same deadline (sleepWithinLease).
 func (rn *Renewer) dropExpired(rs []*running) []*running {
 	keep := rs[:0]
 	for _, r := range rs {
 		rn.claims.mu.Lock()
 		gone := time.Until(r.localDeadline) <= rn.cfg.guard()
 		held := rn.claims.renewsLocked(r)
+		finishing := r.finishing
 		rn.claims.mu.Unlock()
 		switch {
 		case !held:
+		case gone && finishing:
 		case gone:
 			rn.claims.markLost(r, metrics.LostMarginGone, ErrLeaseLost)
 		default:
@@ -220,24 +228,31 @@ func (rn *Renewer) dropExpired(rs []*running) []*running {
 
 // applyRenewals records one statement's results and returns the claims
 // that were busy (not renewed this time, still held by the database).
-// A claim handed to a completer meanwhile is left alone: its finish decides,
-// and a lease that the finish ended is not stale.
+// A claim that settled meanwhile is left alone. A finishing claim is
+// renewed like any other (a finish that keeps failing keeps its lease),
+// and is busy while its finish transaction holds the row; but when the
+// statement matched nothing the finish may have committed and ended the
+// lease, so that is neither stale nor a revocation: the finish decides.
 func (rn *Renewer) applyRenewals(rs []*running, res []lease.Renewal, sent time.Time, revoked bool) []*running {
 	var busy []*running
 	for i, r := range rs {
 		rn.claims.mu.Lock()
 		held := rn.claims.renewsLocked(r)
+		finishing := r.finishing
 		if held && res[i].Renewed {
 			r.localDeadline = sent.Add(rn.cfg.LeaseDuration)
 		}
 		rn.claims.mu.Unlock()
 		switch {
 		case !held:
-			// Finished, released or finishing meanwhile: renewal no longer concerns it.
+			// Settled, released or lost meanwhile: renewal no longer concerns it.
 		case res[i].Renewed:
 			rn.m.Renewals.WithLabelValues(metrics.RenewalRenewed).Inc()
 		case res[i].Busy:
 			busy = append(busy, r)
+		case finishing:
+			// Ended by its own finish's commit, or lost: the finish's
+			// fenced write tells (lease.ErrLost) and counts the loss.
 		case revoked:
 			// Counted as a loss by revocation, not as a stale renewal.
 			rn.claims.markLost(r, metrics.LostRevoked, ErrRevoked)

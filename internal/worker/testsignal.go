@@ -32,6 +32,7 @@ func (s *testSignal[T]) signal(v T) {
 type testSignals struct {
 	claimed     testSignal[int]      // producer: after each claim statement, the number claimed
 	renewRound  testSignal[struct{}] // renewer: at the start of each scheduled renewal round
+	renewBusy   testSignal[int]      // renewer: a renewal statement found claims busy (rows another transaction held), their number
 	finishGroup testSignal[[2]int]   // completer: before each finish transaction, its jobs and target rows
 	lost        testSignal[string]   // any role: a claim was lost, with the metrics.Lost* reason
 	outcome     testSignal[string]   // executor: a claim settled, with its metrics.Outcome* value ("" abandoned)
@@ -44,6 +45,10 @@ type testSignals struct {
 	// inFinishTx runs inside each finish transaction after the fenced
 	// success locked the won job rows, before the target rows are written.
 	inFinishTx func()
+	// afterFinishCommit runs on the completer after a finish transaction
+	// committed, before its results are answered (the claims still live
+	// and finishing).
+	afterFinishCommit func()
 	// writeFailed runs on the executor when a fenced write failed with a
 	// database error, before it is tried again.
 	writeFailed func()
