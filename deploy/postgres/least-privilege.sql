@@ -87,6 +87,7 @@ ALTER TABLE etl_idempotency_records OWNER TO mightyetl_migrator_role;
 ALTER TABLE processed_data          OWNER TO mightyetl_migrator_role;
 ALTER TABLE etl_outbox_events       OWNER TO mightyetl_migrator_role;
 ALTER TABLE etl_job_claim_queue     OWNER TO mightyetl_migrator_role;
+ALTER TABLE etl_operator_audit_records OWNER TO mightyetl_migrator_role;
 ALTER VIEW  etl_outbox_job_events   OWNER TO mightyetl_migrator_role;
 ALTER SEQUENCE etl_lease_fencing_token_sequence OWNER TO mightyetl_migrator_role;
 DO $functions$
@@ -130,7 +131,7 @@ $goose$;
 -- matching column privileges.
 ------------------------------------------------------------------------------
 REVOKE ALL ON TABLE etl_job_records, etl_idempotency_records, processed_data, etl_outbox_events,
-                    etl_job_claim_queue
+                    etl_job_claim_queue, etl_operator_audit_records
     FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
 REVOKE ALL ON SEQUENCE etl_lease_fencing_token_sequence, processed_data_processed_data_id_seq
     FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
@@ -229,6 +230,15 @@ GRANT EXECUTE ON FUNCTION etl_operator_cancel_job(uuid, text, text), etl_ops_job
 -- claim-queue and outbox rows, after checking the resent body's digest; the
 -- intake role still never reads a payload or another owner's row directly.
 GRANT EXECUTE ON FUNCTION etl_operator_replay_job(uuid, text, text, text, text, uuid) TO mightyetl_intake_role;
+-- The operator audit (migration 00020) is append-only: the operator's
+-- cancellation and replay statements insert its rows (never the id or
+-- created_at: the identity and the database clock decide them) and the
+-- console reads them; no UPDATE, DELETE or TRUNCATE. Only `etlctl prune`,
+-- run as the owner (the migrator), deletes rows older than its window.
+GRANT SELECT ON TABLE etl_operator_audit_records TO mightyetl_intake_role;
+GRANT INSERT (operator_principal_scope_hash, operator_action, job_record_id, replay_job_record_id,
+              bulk_filter, job_count, outcome_code)
+    ON TABLE etl_operator_audit_records TO mightyetl_intake_role;
 GRANT SELECT, INSERT ON TABLE etl_idempotency_records TO mightyetl_intake_role;
 GRANT INSERT ON TABLE etl_outbox_events TO mightyetl_intake_role;
 -- Submit and replay queue new jobs (cancellation dequeues inside etl_cancel_job).

@@ -1,12 +1,14 @@
 package console
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/google/uuid"
 	"github.com/mightyetl/mightyetl/internal/codes"
@@ -71,28 +73,28 @@ func (c *Console) PlanBulkCancel(ctx context.Context, f Filter) (BulkCancelPlan,
 
 var errBulkNeedsActiveState = errors.New("bulk cancel needs a PENDING or RUNNING state filter")
 
-// BulkCancel cancels at most confirmed jobs of the plan for f, each with
-// the single-job statement, and returns how many it cancelled.
+// BulkCancel cancels at most confirmed jobs of the plan for f in one
+// statement (pg.OperatorBulkCancelJobs, in job id order) that also writes
+// the action's one audit row (the filter's fields and the count, see
+// auditFilter), and returns how many it cancelled. On an error nothing is
+// cancelled and no audit row is written.
 func (c *Console) BulkCancel(ctx context.Context, op Operator, f Filter, confirmed int) (int, error) {
 	plan, err := c.PlanBulkCancel(ctx, f)
 	if err != nil {
 		return 0, err
 	}
-	n := 0
-	for i, id := range plan.Jobs {
-		if i >= confirmed {
-			break
-		}
-		out, err := pg.OperatorCancelJob(ctx, c.opts.DB, pg.OperatorCancelParams{JobID: id,
-			OperatorScopeHash: op.ScopeHash, CancellationKeyHash: operatorCancellationKeyHash(op, id)})
-		if err != nil && !errors.Is(err, pg.ErrNotFound) {
-			c.opts.Logger.LogAttrs(ctx, slog.LevelError, "operator action", slog.String("action", "bulk_cancel"),
-				slog.String("outcome", "error"), slog.String("error_class", pg.ErrorClass(err)), slog.Int("cancelled", n))
-			return n, fmt.Errorf("bulk cancel: %w", err)
-		}
-		if out.Cancelled {
-			n++
-		}
+	ids := plan.Jobs[:min(max(confirmed, 0), len(plan.Jobs))]
+	slices.SortFunc(ids, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = operatorCancellationKeyHash(op, id)
+	}
+	n, err := pg.OperatorBulkCancelJobs(ctx, c.opts.DB, pg.OperatorBulkCancelParams{JobIDs: ids,
+		CancellationKeyHashes: keys, OperatorScopeHash: op.ScopeHash, Filter: auditFilter(f, confirmed)})
+	if err != nil {
+		c.opts.Logger.LogAttrs(ctx, slog.LevelError, "operator action", slog.String("action", "bulk_cancel"),
+			slog.String("outcome", "error"), slog.String("error_class", pg.ErrorClass(err)), slog.Int("cancelled", 0))
+		return 0, fmt.Errorf("bulk cancel: %w", err)
 	}
 	c.opts.Logger.LogAttrs(ctx, slog.LevelInfo, "operator action", slog.String("action", "bulk_cancel"),
 		slog.String("outcome", "done"), slog.Int("confirmed", confirmed), slog.Int("cancelled", n))

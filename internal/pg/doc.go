@@ -14,9 +14,11 @@
 // an owner's jobs (GetJob, ListJobs), cancellation and replay (CancelJob,
 // ReplayJob), the idempotency ledger (ClaimLedgerEntry), the operator
 // console's reads and actions (Ops*, OperatorCancelJob,
-// OperatorReplayJob), the relays' after-commit wake-up (OutboxNotifier)
-// and retention (PruneTerminalJobs, PruneLedger, PruneOutbox,
-// PruneOrphanQueueRows). Claim, renewal and finish live in
+// OperatorBulkCancelJobs, OperatorReplayJob), each writing its operator
+// audit row in its own statement, and the audit's reads (ListOperatorAudit),
+// the relays' after-commit wake-up (OutboxNotifier) and retention
+// (PruneTerminalJobs, PruneLedger, PruneOutbox, PruneOrphanQueueRows,
+// PruneOperatorAudit). Claim, renewal and finish live in
 // internal/lease, and the relay's batch statements in internal/outbox.
 //
 // PostgreSQL is the only authority over a job's state. Nothing in this

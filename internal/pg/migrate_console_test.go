@@ -35,9 +35,11 @@ func TestMigration00010DownRefusesWithOperatorCancelledRowsAndReverts(t *testing
 	// By SQL of version 10 (hex text digests): the product's InsertJobs
 	// speaks the newest schema.
 	id := migInsertJob(t, pool, pgtest.SHA("mig-10-owner"), `[{"id":"m10"}]`)
-	if out, err := pg.OperatorCancelJob(ctx, pool, pg.OperatorCancelParams{JobID: id, OperatorScopeHash: pgtest.SHA("mig-10-operator"),
-		CancellationKeyHash: pgtest.SHA("mig-10-cancel")}); err != nil || !out.Cancelled {
-		t.Fatalf("operator cancel: %+v, %v", out, err)
+	// By the function of version 10: the product's OperatorCancelJob also
+	// writes the audit of 00020.
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM etl_operator_cancel_job($1, $2, $3)`,
+		id, pgtest.SHA("mig-10-operator"), pgtest.SHA("mig-10-cancel")); n != 1 {
+		t.Fatalf("operator cancel at 00010: %d jobs cancelled, want 1", n)
 	}
 
 	err := pg.MigrateTo(ctx, pool, 9)
@@ -121,9 +123,11 @@ func TestMigration00011DownAndUp(t *testing.T) {
 	setTerminal(t, pool, source, pg.StatusFailed)
 	p := pg.OperatorReplayParams{SourceJobID: source, OperatorScopeHash: pgtest.SHA("mig-11-operator"),
 		ReplayKeyHash: pgtest.SHA("mig-11-key"), RequestDigest: pgtest.SHA(payload), Payload: payload}
-	first, err := pg.OperatorReplayJob(ctx, pool, p)
-	if err != nil || !first.Created {
-		t.Fatalf("operator replay at 00011: %+v, %v", first, err)
+	// By the function of version 11: the product's OperatorReplayJob also
+	// writes the audit of 00020.
+	outcome, firstID, err := migOperatorReplay(t, pool, p)
+	if err != nil || outcome != "created" {
+		t.Fatalf("operator replay at 00011: %s, %v", outcome, err)
 	}
 
 	if err := pg.MigrateTo(ctx, pool, 10); err != nil {
@@ -135,14 +139,14 @@ func TestMigration00011DownAndUp(t *testing.T) {
 	if migFunctionExists(t, pool, "etl_operator_replay_job") {
 		t.Fatal("etl_operator_replay_job left after down from 00011")
 	}
-	if _, err := pg.OperatorReplayJob(ctx, pool, p); err == nil {
-		t.Fatal("operator replay without its function succeeded")
+	if _, _, err := migOperatorReplay(t, pool, p); pgCode(err) != "42883" {
+		t.Fatalf("operator replay without its function: %v, want undefined_function", err)
 	}
 	// The owner's read of version 10 (pg.GetJob reads the newest schema).
 	var lineageSource uuid.UUID
 	var digest string
 	if err := pool.QueryRow(ctx, `SELECT replay_source_job_record_id, request_digest FROM etl_job_records
-		WHERE job_record_id = $1 AND principal_scope_hash = $2`, first.Job.JobID, pgtest.SHA("mig-11-owner")).
+		WHERE job_record_id = $1 AND principal_scope_hash = $2`, firstID, pgtest.SHA("mig-11-owner")).
 		Scan(&lineageSource, &digest); err != nil || lineageSource != source || digest != pgtest.SHA(payload) {
 		t.Fatalf("the replay job after down: source %v digest %s, %v", lineageSource, digest, err)
 	}
@@ -152,11 +156,27 @@ func TestMigration00011DownAndUp(t *testing.T) {
 		t.Fatal("etl_operator_replay_job missing after up")
 	}
 	again, err := pg.OperatorReplayJob(ctx, pool, p)
-	if err != nil || again.Created || again.Job.JobID != first.Job.JobID || again.Job.RequestDigest != pgtest.SHA(payload) {
+	if err != nil || again.Created || again.Job.JobID != firstID || again.Job.RequestDigest != pgtest.SHA(payload) {
 		t.Fatalf("repeat after up: %+v, %v", again, err)
 	}
-	if got, err := pg.GetJob(ctx, pool, pgtest.SHA("mig-11-owner"), first.Job.JobID); err != nil || got.Lineage == nil ||
+	if got, err := pg.GetJob(ctx, pool, pgtest.SHA("mig-11-owner"), firstID); err != nil || got.Lineage == nil ||
 		got.Lineage.SourceJobID != source {
 		t.Fatalf("the replay job after up: %+v, %v", got, err)
 	}
+}
+
+// migOperatorReplay runs etl_operator_replay_job with p directly (any schema
+// version from 00011 on; the product's OperatorReplayJob speaks the newest
+// schema, which writes the operator audit of 00020) and returns the
+// function's outcome and job id (uuid.Nil for a refusal).
+func migOperatorReplay(t *testing.T, pool pg.DBTX, p pg.OperatorReplayParams) (string, uuid.UUID, error) {
+	t.Helper()
+	var outcome string
+	var job *uuid.UUID
+	err := pool.QueryRow(context.Background(), `SELECT outcome, job_record_id FROM etl_operator_replay_job($1, $2, $3, $4, $5, $6)`,
+		p.SourceJobID, p.OperatorScopeHash, p.ReplayKeyHash, p.RequestDigest, p.Payload, uuid.Must(uuid.NewV7())).Scan(&outcome, &job)
+	if job == nil {
+		return outcome, uuid.Nil, err
+	}
+	return outcome, *job, err
 }

@@ -2,7 +2,6 @@ package pg_test
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -152,16 +151,18 @@ func TestMigration00015CompactsTheSubmissionIndexAndDownReverts(t *testing.T) {
 	}
 	opReplay := pg.OperatorReplayParams{SourceJobID: failedA, OperatorScopeHash: pgtest.SHA("mig-15-operator"),
 		ReplayKeyHash: pgtest.SHA("mig-15-operator-key"), RequestDigest: digest, Payload: "body"}
-	created, err := pg.OperatorReplayJob(ctx, pool, opReplay)
-	if err != nil || !created.Created {
-		t.Fatalf("operator replay at 00015: %+v, %v", created, err)
+	// By the function of version 15 (migOperatorReplay): the product's
+	// OperatorReplayJob also writes the audit of 00020.
+	outcome, createdID, err := migOperatorReplay(t, pool, opReplay)
+	if err != nil || outcome != "created" {
+		t.Fatalf("operator replay at 00015: %s, %v", outcome, err)
 	}
-	if again, err := pg.OperatorReplayJob(ctx, pool, opReplay); err != nil || again.Created || again.Job.JobID != created.Job.JobID {
-		t.Fatalf("repeated operator replay at 00015: %+v, %v; want job %s", again, err, created.Job.JobID)
+	if outcome, again, err := migOperatorReplay(t, pool, opReplay); err != nil || outcome != "replayed" || again != createdID {
+		t.Fatalf("repeated operator replay at 00015: %s %s, %v; want replayed %s", outcome, again, err, createdID)
 	}
 	opReplay.SourceJobID = failedB
-	if _, err := pg.OperatorReplayJob(ctx, pool, opReplay); !errors.Is(err, pg.ErrReplayKeyReused) {
-		t.Fatalf("operator replay of another source with the key at 00015: %v, want ErrReplayKeyReused", err)
+	if outcome, _, err := migOperatorReplay(t, pool, opReplay); err != nil || outcome != "key_reused" {
+		t.Fatalf("operator replay of another source with the key at 00015: %s, %v, want key_reused", outcome, err)
 	}
 
 	// Down: the two-digest constraint is back, and the former function body
@@ -175,12 +176,11 @@ func TestMigration00015CompactsTheSubmissionIndexAndDownReverts(t *testing.T) {
 	if code, name := constraintOf(err); code != "23505" || name != "etl_job_submission_key_unique" {
 		t.Fatalf("a taken pair after down: %v, want 23505 etl_job_submission_key_unique", err)
 	}
-	var outcome string
 	var job uuid.UUID
 	if err := pool.QueryRow(ctx, `SELECT outcome, job_record_id FROM etl_operator_replay_job($1, $2, $3, $4, $5, $6)`,
 		failedA, opReplay.OperatorScopeHash, opReplay.ReplayKeyHash, digest, "body", uuid.New()).Scan(&outcome, &job); err != nil ||
-		outcome != "replayed" || job != created.Job.JobID {
-		t.Fatalf("operator replay after down: %s %s, %v; want replayed %s", outcome, job, err, created.Job.JobID)
+		outcome != "replayed" || job != createdID {
+		t.Fatalf("operator replay after down: %s %s, %v; want replayed %s", outcome, job, err, createdID)
 	}
 	var fnBody string
 	if err := pool.QueryRow(ctx, `SELECT prosrc FROM pg_proc WHERE proname = 'etl_operator_replay_job'`).Scan(&fnBody); err != nil {

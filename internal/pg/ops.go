@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/mightyetl/mightyetl/internal/codes"
 )
 
 // The operator console's reads and its cancellation (issue 14). Every read
@@ -476,9 +477,15 @@ type OperatorCancelParams struct {
 // etl_operator_cancel_job (migration 00010): the same lock, predicates and
 // outbox rows as the owner's cancellation, code codes.CancelledByOperator.
 // Cancelled is false when the job was not active (or is absent: ErrNotFound).
+//
+// Every call that returns nil or ErrNotFound writes one cancel row of the
+// operator audit (migration 00020): a cancellation's row in the
+// cancellation's own statement (operatorCancelAuditedSQL); when nothing was
+// cancelled, a row whose outcome says why (cancelOutcomeCode), after the
+// read of the job. Any other error may leave that second row unwritten.
 func OperatorCancelJob(ctx context.Context, db DBTX, p OperatorCancelParams) (CancelOutcome, error) {
 	var out CancelOutcome
-	j, err := scanJob(db.QueryRow(ctx, `SELECT * FROM etl_operator_cancel_job($1, $2, $3)`,
+	j, err := scanJob(db.QueryRow(ctx, operatorCancelAuditedSQL,
 		p.JobID, p.OperatorScopeHash, p.CancellationKeyHash), &out.PreviousStatus)
 	switch {
 	case err == nil:
@@ -489,11 +496,19 @@ func OperatorCancelJob(ctx context.Context, db DBTX, p OperatorCancelParams) (Ca
 	}
 	out.PreviousStatus = ""
 	j, err = scanJob(db.QueryRow(ctx, `SELECT `+jobColumns+` FROM etl_job_records j WHERE j.job_record_id = $1`, p.JobID))
-	if IsNoRows(err) {
-		return CancelOutcome{}, ErrNotFound
-	}
-	if err != nil {
+	if err != nil && !IsNoRows(err) {
 		return CancelOutcome{}, fmt.Errorf("read operator cancelled job: %w", err)
+	}
+	found := err == nil
+	outcome := codes.JobNotFound
+	if found {
+		outcome = cancelOutcomeCode(j)
+	}
+	if _, err := db.Exec(ctx, auditInsertSingleSQL, p.OperatorScopeHash, AuditActionCancel, p.JobID, outcome); err != nil {
+		return CancelOutcome{}, fmt.Errorf("audit operator cancel: %w", err)
+	}
+	if !found {
+		return CancelOutcome{}, ErrNotFound
 	}
 	out.Job = j
 	return out, nil

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/mightyetl/mightyetl/internal/codes"
 )
 
 // OperatorReplayParams identify one operator replay.
@@ -32,10 +33,34 @@ type OperatorReplayParams struct {
 // source lock (FOR UPDATE), the key lookup, the state, digest and generation
 // checks, and the insert of the job, its claim-queue row and its outbox row,
 // all in the function's one statement.
-const operatorReplaySQL = `SELECT outcome, job_record_id, job_kind, job_status, attempt_count, failure_code,
-       cancellation_code, created_at, updated_at, request_digest, replay_source_job_record_id,
-       replay_root_job_record_id, replay_generation_count
-FROM etl_operator_replay_job($1, $2, $3, $4, $5, $6)`
+//
+// The same statement records the call in the operator audit (migration
+// 00020): one replay row naming the source and the job made or found again,
+// outcome AuditOutcomeOK or the refusal's code, committed with the replay
+// or not at all.
+const operatorReplaySQL = `
+WITH r AS (
+    SELECT outcome, job_record_id, job_kind, job_status, attempt_count, failure_code,
+           cancellation_code, created_at, updated_at, request_digest, replay_source_job_record_id,
+           replay_root_job_record_id, replay_generation_count
+    FROM etl_operator_replay_job($1, $2, $3, $4, $5, $6)
+), audit AS (
+    INSERT INTO etl_operator_audit_records (operator_principal_scope_hash, operator_action, job_record_id,
+                                            replay_job_record_id, outcome_code)
+    SELECT decode($2, 'hex'), '` + AuditActionReplay + `', $1, r.job_record_id,
+           CASE r.outcome
+               WHEN 'created' THEN '` + AuditOutcomeOK + `'
+               WHEN 'replayed' THEN '` + AuditOutcomeOK + `'
+               WHEN 'not_found' THEN '` + codes.JobNotFound + `'
+               WHEN 'key_reused' THEN '` + codes.ReplayKeyReused + `'
+               WHEN 'source_active' THEN '` + codes.ReplaySourceActive + `'
+               WHEN 'source_succeeded' THEN '` + codes.ReplaySourceSucceeded + `'
+               WHEN 'payload_mismatch' THEN '` + codes.ReplayPayloadMismatch + `'
+               WHEN 'generation_exhausted' THEN '` + codes.ReplayGenerationExhausted + `'
+           END
+    FROM r
+)
+SELECT * FROM r`
 
 // OperatorReplayJob creates a new PENDING job, owned by the source's owner,
 // that replays any owner's FAILED or CANCELLED job p.SourceJobID with
@@ -51,8 +76,9 @@ FROM etl_operator_replay_job($1, $2, $3, $4, $5, $6)`
 //   - source of generation MaxReplayGeneration: ErrReplayGenerationExhausted;
 //   - otherwise the new job (Created true).
 //
-// Refusals write nothing. A concurrent winner's row that vanished between
-// two statements is a serialization failure (IsTransient): retry with the
+// Refusals write nothing but their audit row. A concurrent winner's row
+// that vanished between two statements is a serialization failure
+// (IsTransient): nothing is written, not even the audit row; retry with the
 // same key and body.
 func OperatorReplayJob(ctx context.Context, db DBTX, p OperatorReplayParams) (ReplayOutcome, error) {
 	if p.JobID == uuid.Nil {

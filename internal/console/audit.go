@@ -1,0 +1,71 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/mightyetl/mightyetl/internal/pg"
+)
+
+// AuditQuery selects one page of the operator audit, newest first.
+type AuditQuery struct {
+	// Before continues after that record id (keyset); zero starts at the
+	// newest record.
+	Before int64
+	// Limit is the page size: 20, 50 (the default) or 100.
+	Limit int
+}
+
+// ParseAuditQuery parses before (a record id from a previous page's
+// nextBefore) and limit (20, 50 or 100); anything else is an error.
+func ParseAuditQuery(q url.Values) (AuditQuery, error) {
+	a := AuditQuery{Limit: 50}
+	if v := q.Get("before"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			return AuditQuery{}, errBadFilter
+		}
+		a.Before = n
+	}
+	switch q.Get("limit") {
+	case "", "50":
+	case "20":
+		a.Limit = 20
+	case "100":
+		a.Limit = 100
+	default:
+		return AuditQuery{}, errBadFilter
+	}
+	return a, nil
+}
+
+// Audit reads one page of the operator audit, newest first. Records show a
+// short prefix of the operator's principal scope hash, never more.
+func (c *Console) Audit(ctx context.Context, q AuditQuery) (pg.AuditPage, error) {
+	return pg.ListOperatorAudit(ctx, c.opts.DB, pg.AuditListParams{Before: q.Before, Limit: max(q.Limit, 1)})
+}
+
+// auditFilter is the bulk cancellation's filter as its audit row records
+// it: the filter's state, kind, code, from and to (the ones set) and the
+// number of jobs the operator confirmed. Every value is one ParseFilter
+// validated (a fixed state or kind, a code of [a-z0-9_], times); nothing
+// names a payload, key or principal.
+func auditFilter(f Filter, confirmed int) json.RawMessage {
+	m := map[string]any{"confirmed": confirmed}
+	for k, v := range map[string]string{"state": f.Status, "kind": f.Kind, "code": f.Code} {
+		if v != "" {
+			m[k] = v
+		}
+	}
+	if !f.From.IsZero() {
+		m["from"] = f.From.UTC().Format(time.RFC3339Nano)
+	}
+	if !f.To.IsZero() {
+		m["to"] = f.To.UTC().Format(time.RFC3339Nano)
+	}
+	b, _ := json.Marshal(m) // a map of strings and an int always marshals
+	return b
+}
