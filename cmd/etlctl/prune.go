@@ -18,20 +18,24 @@ import (
 // minPruneWindow is refused as a likely typo that would delete live history.
 const (
 	defaultPruneWindow = 720 * time.Hour
-	minPruneWindow     = time.Hour
-	maxPruneWindow     = 10 * 365 * 24 * time.Hour
+	// defaultAuditPruneWindow keeps the operator audit three times longer
+	// than the jobs it names: who acted stays answerable after the job is gone.
+	defaultAuditPruneWindow = 2160 * time.Hour
+	minPruneWindow          = time.Hour
+	maxPruneWindow          = 10 * 365 * 24 * time.Hour
 )
 
-// runPrune serves `etlctl prune`: it deletes terminal jobs and response-ledger
-// rows older than their windows (database clock) in bounded batches and
-// prints how many it deleted. Jobs a replay references are always kept.
-// Safe to run from cron and concurrently with the service and other pruners.
+// runPrune serves `etlctl prune`: it deletes terminal jobs, response-ledger
+// rows, unpublished outbox rows and operator audit rows older than their
+// windows (database clock) in bounded batches and prints how many it
+// deleted. Jobs a replay references are always kept. Safe to run from cron and concurrently with the service and other pruners.
 func runPrune(args []string) int {
 	var (
 		databaseURL     string
 		jobsOlderThan   time.Duration
 		ledgerOlderThan time.Duration
 		outboxOlderThan time.Duration
+		auditOlderThan  time.Duration
 		batch           int
 		timeout         time.Duration
 	)
@@ -43,6 +47,8 @@ func runPrune(args []string) int {
 		defaultPruneWindow, 0, maxPruneWindow, "delete response-ledger rows older than this (0 skips)")
 	l.Duration(&outboxOlderThan, "MIGHTYETL_PRUNE_OUTBOX_OLDER_THAN", "outbox-older-than",
 		defaultPruneWindow, 0, maxPruneWindow, "delete outbox events no relay published within this long (0 skips)")
+	l.Duration(&auditOlderThan, "MIGHTYETL_PRUNE_AUDIT_OLDER_THAN", "audit-older-than",
+		defaultAuditPruneWindow, 0, maxPruneWindow, "delete operator audit records older than this (0 skips)")
 	l.Int(&batch, "MIGHTYETL_PRUNE_BATCH", "batch", pg.DefaultPruneBatch, 1, 100000, "rows per DELETE statement")
 	l.Duration(&timeout, "MIGHTYETL_PRUNE_TIMEOUT", "timeout", time.Hour, time.Second, 24*time.Hour,
 		"give up after this long (rows already deleted stay deleted)")
@@ -58,7 +64,8 @@ func runPrune(args []string) int {
 	for _, w := range []struct {
 		name string
 		d    time.Duration
-	}{{"-terminal-jobs-older-than", jobsOlderThan}, {"-ledger-older-than", ledgerOlderThan}, {"-outbox-older-than", outboxOlderThan}} {
+	}{{"-terminal-jobs-older-than", jobsOlderThan}, {"-ledger-older-than", ledgerOlderThan}, {"-outbox-older-than", outboxOlderThan},
+		{"-audit-older-than", auditOlderThan}} {
 		if w.d != 0 && w.d < minPruneWindow {
 			fmt.Fprintf(os.Stderr, "etlctl prune: invalid configuration: %s: must be 0 (skip) or at least %s\n", w.name, minPruneWindow)
 			return 2
@@ -104,6 +111,14 @@ func runPrune(args []string) int {
 	if outboxOlderThan > 0 {
 		n, err := pg.PruneOutbox(ctx, pool, outboxOlderThan, batch)
 		fmt.Printf("pruned %d unpublished outbox events older than %s\n", n, outboxOlderThan)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "etlctl prune: %v\n", err)
+			status = 1
+		}
+	}
+	if auditOlderThan > 0 {
+		n, err := pg.PruneOperatorAudit(ctx, pool, auditOlderThan, batch)
+		fmt.Printf("pruned %d operator audit records older than %s\n", n, auditOlderThan)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "etlctl prune: %v\n", err)
 			status = 1
