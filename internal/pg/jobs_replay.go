@@ -83,7 +83,10 @@ WHERE ` + pairOf("decode($1, 'hex')", "decode($2, 'hex')")
 
 // ReplayJob creates a new PENDING job that replays the caller's FAILED or
 // CANCELLED job p.SourceJobID with p.Payload, and its job_available outbox
-// row, in one transaction on db. The source row is never written. In order:
+// row, in one transaction on db, begun at READ COMMITTED whatever the
+// session's default_transaction_isolation when db is a pool or a connection
+// (a pgx.Tx runs it in a savepoint at its own level). The source row is
+// never written. In order:
 //   - absent or foreign source: ErrNotFound;
 //   - the key already made a job: that job (Created false) when it replays
 //     this source with this digest, whatever the source's state now;
@@ -102,7 +105,7 @@ WHERE ` + pairOf("decode($1, 'hex')", "decode($2, 'hex')")
 // (principal_scope_hash, submission_key_hash) race and is ErrReplayKeyReused.
 func ReplayJob(ctx context.Context, db TxBeginner, p ReplayParams) (ReplayOutcome, error) {
 	var out ReplayOutcome
-	err := WithTx(ctx, db, func(tx pgx.Tx) error {
+	err := withReadCommittedTx(ctx, db, func(tx pgx.Tx) error {
 		var (
 			kind, status, digest string
 			maxAttempts          int

@@ -64,8 +64,10 @@ SELECT * FROM r`
 
 // OperatorReplayJob creates a new PENDING job, owned by the source's owner,
 // that replays any owner's FAILED or CANCELLED job p.SourceJobID with
-// p.Payload, through etl_operator_replay_job. The rules are ReplayJob's, in
-// the same order, with the source's owner in place of the caller:
+// p.Payload, through etl_operator_replay_job, in a transaction begun at READ
+// COMMITTED when db is a pool or a connection (a pgx.Tx runs it at its own
+// level). The rules are ReplayJob's, in the same order, with the source's
+// owner in place of the caller:
 //   - absent source: ErrNotFound;
 //   - the key already made a job for that owner: that job (Created false)
 //     when it replays this source with this digest; otherwise
@@ -88,10 +90,8 @@ func OperatorReplayJob(ctx context.Context, db DBTX, p OperatorReplayParams) (Re
 		}
 		p.JobID = id
 	}
-	var outcome string
-	row := db.QueryRow(ctx, operatorReplaySQL, p.SourceJobID, p.OperatorScopeHash, p.ReplayKeyHash,
-		p.RequestDigest, p.Payload, p.JobID)
 	var (
+		outcome                string
 		id                     *uuid.UUID
 		kind, status, digest   *string
 		attempts               *int
@@ -100,8 +100,15 @@ func OperatorReplayJob(ctx context.Context, db DBTX, p OperatorReplayParams) (Re
 		generation             *int32
 		createdAt, updatedAtTS *time.Time
 	)
-	if err := row.Scan(&outcome, &id, &kind, &status, &attempts, &failure, &cancellation, &createdAt, &updatedAtTS,
-		&digest, &source, &root, &generation); err != nil {
+	// READ COMMITTED whatever the session's default, as every replay
+	// (readCommitted); a caller's transaction keeps its own level.
+	err := inReadCommitted(ctx, db, func(q DBTX) error {
+		return q.QueryRow(ctx, operatorReplaySQL, p.SourceJobID, p.OperatorScopeHash, p.ReplayKeyHash,
+			p.RequestDigest, p.Payload, p.JobID).
+			Scan(&outcome, &id, &kind, &status, &attempts, &failure, &cancellation, &createdAt, &updatedAtTS,
+				&digest, &source, &root, &generation)
+	})
+	if err != nil {
 		return ReplayOutcome{}, fmt.Errorf("operator replay job: %w", err)
 	}
 	switch outcome {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // DefaultPruneBatch is a reasonable batch size for PruneTerminalJobs and
@@ -21,7 +24,10 @@ const DefaultPruneBatch = 1000
 // etl_job_replay_root_fk, a delete that leaves a surviving replay pointing
 // at a deleted job, and a replay's insert locks its source and root FOR KEY
 // SHARE, so a concurrent delete of either waits for it and then sees the
-// reference. Lock: FOR UPDATE SKIP LOCKED skips a source that a
+// reference. Both see a replay committed after this statement began only
+// through the fresh snapshot each statement takes at READ COMMITTED, which
+// PruneTerminalJobs sets explicitly (the guard refuses a delete at any other
+// level, migration 00019). Lock: FOR UPDATE SKIP LOCKED skips a source that a
 // replay transaction holds, so pruning never waits on (or for) a replay, and
 // two pruners never contend for one row.
 const pruneTerminalJobsSQL = `
@@ -60,16 +66,25 @@ const maxPruneRaceRetries = 3
 
 // PruneTerminalJobs deletes SUCCEEDED, FAILED and CANCELLED jobs whose last
 // change (updated_at) is older than olderThan by the database clock, in
-// batches of at most limit rows, each batch its own statement (and so its own
-// transaction when db is a pool), until a batch comes up short. It never
+// batches of at most limit rows, each batch one statement in a transaction of
+// its own begun at READ COMMITTED (whatever the session's
+// default_transaction_isolation: the lineage guard refuses a delete at
+// another level), until a batch comes up short. It never
 // deletes a job that a replay references as its source or root. It returns
 // the number of jobs deleted, also when ctx ends or a batch fails part way.
 // olderThan must be positive and limit at least 1.
 //
 // Deleting a job frees its submission key: the same key then creates a new
 // job. Target rows (processed_data) and ledger rows are not touched.
-func PruneTerminalJobs(ctx context.Context, db DBTX, olderThan time.Duration, limit int) (int64, error) {
-	return prune(ctx, db, "prune terminal jobs", pruneTerminalJobsSQL, olderThan, limit)
+func PruneTerminalJobs(ctx context.Context, db TxStarter, olderThan time.Duration, limit int) (int64, error) {
+	exec := func(ctx context.Context, sql string, args ...any) (tag pgconn.CommandTag, err error) {
+		err = WithTx(ctx, readCommittedBeginner{db}, func(tx pgx.Tx) error {
+			tag, err = tx.Exec(ctx, sql, args...)
+			return err
+		})
+		return tag, err
+	}
+	return pruneBatches(ctx, exec, "prune terminal jobs", pruneTerminalJobsSQL, olderThan, limit)
 }
 
 // PruneLedger deletes response-ledger rows (etl_idempotency_records) created
@@ -106,7 +121,18 @@ func PruneOutbox(ctx context.Context, db DBTX, olderThan time.Duration, limit in
 	return prune(ctx, db, "prune outbox", pruneOutboxSQL, olderThan, limit)
 }
 
+// prune runs the batches of sql as statements on db (pruneBatches).
 func prune(ctx context.Context, db DBTX, what, sql string, olderThan time.Duration, limit int) (int64, error) {
+	return pruneBatches(ctx, db.Exec, what, sql, olderThan, limit)
+}
+
+// execFunc runs one statement; pruneBatches runs each batch through one.
+type execFunc func(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+
+// pruneBatches runs sql ($1 the window in microseconds, $2 the batch limit)
+// through exec until a batch deletes fewer than limit rows, and returns the
+// number deleted.
+func pruneBatches(ctx context.Context, exec execFunc, what, sql string, olderThan time.Duration, limit int) (int64, error) {
 	if olderThan <= 0 {
 		return 0, fmt.Errorf("%s: window %s is not positive", what, olderThan)
 	}
@@ -119,7 +145,7 @@ func prune(ctx context.Context, db DBTX, what, sql string, olderThan time.Durati
 		if err := ctx.Err(); err != nil {
 			return total, fmt.Errorf("%s: %w", what, err)
 		}
-		tag, err := db.Exec(ctx, sql, olderThan.Microseconds(), limit)
+		tag, err := exec(ctx, sql, olderThan.Microseconds(), limit)
 		if isForeignKeyViolation(err) && races < maxPruneRaceRetries {
 			// A replay referenced a candidate after this statement's
 			// snapshot; the lineage guard (00017) refused the whole batch.
