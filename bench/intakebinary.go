@@ -376,7 +376,7 @@ func publishRequests(ctx context.Context, js jetstream.JetStream, s events.Subje
 	futures := make([]jetstream.PubAckFuture, 0, n)
 	for i := range n {
 		msg := nats.NewMsg(subjects[i%len(subjects)])
-		msg.Header.Set(jetstream.MsgIDHeader, events.RequestMsgID(principals[i%len(principals)], "bench-js-"+uuid.NewString()))
+		msg.Header.Set(events.IdempotencyKeyHeader, "bench-js-"+uuid.NewString())
 		msg.Data = body
 		f, err := publishAsync(ctx, js, msg)
 		if err != nil {

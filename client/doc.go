@@ -35,9 +35,11 @@
 // # NATS
 //
 // Producer publishes job requests on "<prefix>.requests.<principal>" through
-// JetStream with the service's conventions: a principal-qualified
-// Nats-Msg-Id, a reply inbox under "_INBOX.<principal>." named in the
-// Mightyetl-Reply-To header, and a payload limit. Publish returns when
+// JetStream with the service's conventions: the idempotency key in the
+// Mightyetl-Idempotency-Key header (never a Nats-Msg-Id, which another
+// principal could forge to have the request dropped), a reply inbox under
+// "_INBOX.<principal>." named in the Mightyetl-Reply-To header, and a
+// payload limit. Publish returns when
 // JetStream has stored the request; PublishAndWait also waits for the
 // intake's answer, the job (a Submission) or a problem (*Error). Rejections
 // subscribes to the advisory "<prefix>.rejections" subject.

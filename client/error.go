@@ -46,7 +46,7 @@ const (
 	CodeOperatorRequired           ErrorCode = "etl_operator_required"
 	CodeOpsInvalidFilter           ErrorCode = "etl_ops_invalid_filter"
 	CodeReplySubjectForbidden      ErrorCode = "etl_reply_subject_forbidden"
-	CodeMsgIDNotQualified          ErrorCode = "etl_nats_msg_id_not_qualified"
+	CodeMsgIDForbidden             ErrorCode = "etl_nats_msg_id_forbidden"
 	CodeRequestDeliveriesExhausted ErrorCode = "etl_request_deliveries_exhausted"
 	CodeUnexpectedResponse         ErrorCode = "etl_unexpected_response"
 )

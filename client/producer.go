@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,11 +19,14 @@ const (
 	ReplyToHeader = "Mightyetl-Reply-To"
 	// ErrorCodeHeader is set on an answer that carries a problem.
 	ErrorCodeHeader = "Mightyetl-Error-Code"
+	// IdempotencyKeyHeader carries a request's idempotency key, bare: the
+	// principal is the subject's last token. Requests carry no Nats-Msg-Id:
+	// JetStream deduplicates that id across every principal's requests, so
+	// another principal could send an id first and have the request dropped.
+	// The intake rejects a request with one (CodeMsgIDForbidden).
+	IdempotencyKeyHeader = "Mightyetl-Idempotency-Key"
 	// DefaultMaxPayloadBytes is MIGHTYETL_MAX_PAYLOAD_BYTES's default, 1 MiB.
 	DefaultMaxPayloadBytes = 1 << 20
-	// duplicateWindow is the request stream's deduplication window; a
-	// request deduplicated against another producer's is sent again after it.
-	duplicateWindow = 100 * time.Millisecond
 )
 
 // InboxPrefix is the inbox prefix of principal's producer connections,
@@ -36,11 +38,6 @@ func InboxPrefix(principal string) string { return "_INBOX." + principal }
 // InboxOption is nats.CustomInboxPrefix(InboxPrefix(principal)).
 func InboxOption(principal string) nats.Option { return nats.CustomInboxPrefix(InboxPrefix(principal)) }
 
-// MsgID is the Nats-Msg-Id of principal's request with an idempotency key:
-// "<principal>:<key>". The intake rejects ids not qualified by the
-// subject's principal (CodeMsgIDNotQualified).
-func MsgID(principal, key string) string { return principal + ":" + key }
-
 // ProducerOptions configure NewProducer. Zero values take the defaults noted.
 type ProducerOptions struct {
 	// Prefix is the service's subject prefix; empty means
@@ -50,10 +47,6 @@ type ProducerOptions struct {
 	// (CodePayloadTooLarge); zero means DefaultMaxPayloadBytes. The
 	// server's max_payload applies too.
 	MaxPayloadBytes int
-	// DuplicateRetries is how often PublishAndWait publishes a request
-	// again that JetStream deduplicated against an earlier message with the
-	// same id (whose answer went to another inbox); zero means 3.
-	DuplicateRetries int
 }
 
 // Producer publishes job requests for one principal through JetStream. It
@@ -80,9 +73,6 @@ func NewProducer(nc *nats.Conn, principal string, o ProducerOptions) (*Producer,
 	if o.MaxPayloadBytes <= 0 {
 		o.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
-	if o.DuplicateRetries <= 0 {
-		o.DuplicateRetries = 3
-	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("mightyetl: jetstream: %w", err)
@@ -98,12 +88,10 @@ func (p *Producer) Subject() string { return p.subject }
 type Published struct {
 	// Key is the request's idempotency key (the caller's or a generated one).
 	Key string
-	// Sequence is the request's stream sequence.
+	// Sequence is the request's stream sequence. Every publish stores a
+	// message of its own (JetStream deduplicates nothing without a
+	// Nats-Msg-Id); copies with the same key and bytes converge on one job.
 	Sequence uint64
-	// Duplicate is true when JetStream dropped the message as a duplicate
-	// of one with the same Nats-Msg-Id inside the 100 ms window: that
-	// earlier message decides the job.
-	Duplicate bool
 }
 
 // Publish publishes records (a JSON array of records, byte for byte) as a
@@ -129,7 +117,7 @@ func (p *Producer) publish(ctx context.Context, records []byte, key, replyTo str
 	}
 	msg := nats.NewMsg(p.subject)
 	msg.Data = records
-	msg.Header.Set(jetstream.MsgIDHeader, MsgID(p.principal, key))
+	msg.Header.Set(IdempotencyKeyHeader, key)
 	if replyTo != "" {
 		msg.Header.Set(ReplyToHeader, replyTo)
 	}
@@ -137,7 +125,7 @@ func (p *Producer) publish(ctx context.Context, records []byte, key, replyTo str
 	if err != nil {
 		return nil, fmt.Errorf("mightyetl: publish request: %w", err)
 	}
-	return &Published{Key: key, Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
+	return &Published{Key: key, Sequence: ack.Sequence}, nil
 }
 
 // PublishAndWait publishes like Publish, naming a fresh inbox under
@@ -146,9 +134,9 @@ func (p *Producer) publish(ctx context.Context, records []byte, key, replyTo str
 // bytes had made it before) or the problem as an *Error (Status zero):
 // CodeInvalidJSON, CodeInvalidRecord, CodeSubmissionKeyReused, ... and
 // CodeRequestDeliveriesExhausted after the intake failed internally too
-// often (publish it again later with the same key). A request deduplicated
-// against an earlier message is published again after the 100 ms window
-// (ProducerOptions.DuplicateRetries).
+// often (publish it again later with the same key). No other principal can
+// keep the request out of the stream: it carries no Nats-Msg-Id for anyone
+// to forge.
 func (p *Producer) PublishAndWait(ctx context.Context, records []byte, key string) (*Submission, error) {
 	if key == "" {
 		key = NewKey()
@@ -159,24 +147,8 @@ func (p *Producer) PublishAndWait(ctx context.Context, records []byte, key strin
 		return nil, fmt.Errorf("mightyetl: subscribe to the reply inbox: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	for attempt := 0; ; attempt++ {
-		pub, err := p.publish(ctx, records, key, inbox)
-		if err != nil {
-			return nil, err
-		}
-		if !pub.Duplicate {
-			break
-		}
-		if attempt >= p.o.DuplicateRetries {
-			return nil, fmt.Errorf("mightyetl: request %s deduplicated %d times; its answer went to another inbox", key, attempt+1)
-		}
-		t := time.NewTimer(duplicateWindow + 20*time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("mightyetl: wait for the intake's answer: %w", ctx.Err())
-		case <-t.C:
-		}
+	if _, err := p.publish(ctx, records, key, inbox); err != nil {
+		return nil, err
 	}
 	m, err := sub.NextMsgWithContext(ctx)
 	if err != nil {

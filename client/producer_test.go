@@ -38,8 +38,8 @@ func natsConn(t *testing.T, principal string) *nats.Conn {
 }
 
 // requestStream creates a memory stream for prefix's requests that
-// deduplicates for a minute, so a repeated message id is reported as a
-// duplicate whenever the test publishes it.
+// deduplicates Nats-Msg-Id for a minute, so a message carrying an id
+// published before is dropped whenever the test publishes it.
 func requestStream(t *testing.T, nc *nats.Conn, prefix string) jetstream.Stream {
 	t.Helper()
 	js, err := jetstream.New(nc)
@@ -68,9 +68,10 @@ func testCtx(t *testing.T) context.Context {
 }
 
 // TestProducerPublishesWithTheConventions: Publish stores the bytes on
-// "<prefix>.requests.<principal>" with the Nats-Msg-Id "<principal>:<key>"
-// and no reply header; the same key again is JetStream's duplicate; an
-// oversized request is refused before publishing.
+// "<prefix>.requests.<principal>" with the bare key in IdempotencyKeyHeader,
+// no Nats-Msg-Id and no reply header; the same key again is stored again
+// (the intake's database converges the copies); an oversized request is
+// refused before publishing.
 func TestProducerPublishesWithTheConventions(t *testing.T) {
 	nc := natsConn(t, "alice")
 	prefix := testPrefix()
@@ -85,7 +86,7 @@ func TestProducerPublishesWithTheConventions(t *testing.T) {
 	}
 	body := []byte(`[{"id":"a1"}]`)
 	pub, err := p.Publish(ctx, body, "")
-	if err != nil || pub.Duplicate || pub.Sequence != 1 || len(pub.Key) < 16 {
+	if err != nil || pub.Sequence != 1 || len(pub.Key) < 16 {
 		t.Fatalf("publish %+v, %v", pub, err)
 	}
 	m, err := stream.GetMsg(ctx, pub.Sequence)
@@ -93,12 +94,12 @@ func TestProducerPublishesWithTheConventions(t *testing.T) {
 		t.Fatal(err)
 	}
 	if m.Subject != p.Subject() || string(m.Data) != string(body) ||
-		m.Header.Get(jetstream.MsgIDHeader) != client.MsgID("alice", pub.Key) || client.MsgID("alice", pub.Key) != "alice:"+pub.Key ||
+		m.Header.Get(client.IdempotencyKeyHeader) != pub.Key || len(m.Header.Values(jetstream.MsgIDHeader)) != 0 ||
 		m.Header.Get(client.ReplyToHeader) != "" {
 		t.Fatalf("stored %s %q %v", m.Subject, m.Data, m.Header)
 	}
 	again, err := p.Publish(ctx, body, pub.Key)
-	if err != nil || !again.Duplicate || again.Key != pub.Key {
+	if err != nil || again.Sequence != 2 || again.Key != pub.Key {
 		t.Fatalf("republish %+v, %v", again, err)
 	}
 	_, err = p.Publish(ctx, []byte(`[{"id":"a","pad":"`+strings.Repeat("x", 1024)+`"}]`), "")
@@ -107,8 +108,8 @@ func TestProducerPublishesWithTheConventions(t *testing.T) {
 		t.Fatalf("oversized: %v", err)
 	}
 	info, err := stream.Info(ctx)
-	if err != nil || info.State.Msgs != 1 {
-		t.Fatalf("stream holds %+v, %v; want the one request", info, err)
+	if err != nil || info.State.Msgs != 2 {
+		t.Fatalf("stream holds %+v, %v; want the request and its copy", info, err)
 	}
 	for _, bad := range []string{"", "a.b", "a*", "a>", "a b"} {
 		if _, err := client.NewProducer(nc, bad, client.ProducerOptions{}); err == nil {
@@ -119,8 +120,7 @@ func TestProducerPublishesWithTheConventions(t *testing.T) {
 
 // TestProducerPublishAndWaitReadsTheAnswer: PublishAndWait names an inbox
 // under "_INBOX.<principal>." in the reply header and returns the answer
-// sent there, a Submission or a problem (*Error with Status zero); a request
-// JetStream keeps deduplicating is given up after DuplicateRetries.
+// sent there, a Submission or a problem (*Error with Status zero).
 func TestProducerPublishAndWaitReadsTheAnswer(t *testing.T) {
 	nc := natsConn(t, "bob")
 	prefix := testPrefix()
@@ -140,7 +140,7 @@ func TestProducerPublishAndWaitReadsTheAnswer(t *testing.T) {
 			answer.Header.Set(client.ErrorCodeHeader, string(client.CodeInvalidJSON))
 			answer.Data = []byte(`{"title":"Invalid JSON","detail":"not an array"}`)
 		} else {
-			key := strings.TrimPrefix(m.Header.Get(jetstream.MsgIDHeader), "bob:")
+			key := m.Header.Get(client.IdempotencyKeyHeader)
 			answer.Data = fmt.Appendf(nil, `{"jobRecordId":"job-1","jobStatus":"PENDING","statusUrl":"/api/etl/jobs/job-1","idempotencyKey":%q}`, key)
 		}
 		_ = intake.PublishMsg(answer)
@@ -152,7 +152,7 @@ func TestProducerPublishAndWaitReadsTheAnswer(t *testing.T) {
 	if err := intake.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	p, err := client.NewProducer(nc, "bob", client.ProducerOptions{Prefix: prefix, DuplicateRetries: 2})
+	p, err := client.NewProducer(nc, "bob", client.ProducerOptions{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,11 +175,78 @@ func TestProducerPublishAndWaitReadsTheAnswer(t *testing.T) {
 		t.Errorf("inboxes %q, want two distinct", inboxes)
 	}
 	mu.Unlock()
-	// The stream deduplicates this key for a minute: the request is
-	// published 1+DuplicateRetries times, then given up.
-	_, err = p.PublishAndWait(ctx, []byte(`[{"id":"b1"}]`), "key-0000000000000001")
-	if err == nil || !strings.Contains(err.Error(), "deduplicated 3 times") {
-		t.Fatalf("deduplicated request: %v", err)
+}
+
+// TestForgedMsgIDsCannotKeepARequestOut: while another principal floods the
+// stream with Nats-Msg-Ids made of this principal's name and key (in any
+// form an older convention or a guess could use), every request of this
+// principal is stored and answered: it carries no id the server could
+// deduplicate.
+func TestForgedMsgIDsCannotKeepARequestOut(t *testing.T) {
+	nc := natsConn(t, "alice")
+	prefix := testPrefix()
+	stream := requestStream(t, nc, prefix)
+	ctx := testCtx(t)
+	const key = "key-forged-0000000001"
+	forged := []string{"alice:" + key, key, `"` + key + `"`, "alice:\"" + key + `"`}
+	mallory := natsConn(t, "mallory")
+	mjs, err := jetstream.New(mallory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The forger's ids are in the window before Alice publishes.
+	for _, id := range forged {
+		m := nats.NewMsg(prefix + ".requests.mallory")
+		m.Header.Set(jetstream.MsgIDHeader, id)
+		if _, err := mjs.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	floodCtx, stopFlood := context.WithCancel(ctx)
+	flooded := make(chan struct{})
+	go func() {
+		defer close(flooded)
+		for i := 0; floodCtx.Err() == nil; i++ {
+			m := nats.NewMsg(prefix + ".requests.mallory")
+			m.Header.Set(jetstream.MsgIDHeader, forged[i%len(forged)])
+			_, _ = mjs.PublishMsg(floodCtx, m)
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	defer func() { stopFlood(); <-flooded }()
+
+	// A stand-in intake answers Alice's stored requests, read from the
+	// stream itself: only a stored request can be answered.
+	intake := natsConn(t, "intake")
+	ijs, err := jetstream.New(intake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := ijs.CreateConsumer(ctx, stream.CachedInfo().Config.Name, jetstream.ConsumerConfig{
+		FilterSubject: prefix + ".requests.alice", AckPolicy: jetstream.AckNonePolicy,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		answer := nats.NewMsg(m.Headers().Get(client.ReplyToHeader))
+		answer.Data = fmt.Appendf(nil, `{"jobRecordId":"job-%s","jobStatus":"PENDING","statusUrl":"/api/etl/jobs/job-1"}`, m.Headers().Get(client.IdempotencyKeyHeader))
+		_ = intake.PublishMsg(answer)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Stop()
+
+	p, err := client.NewProducer(nc, "alice", client.ProducerOptions{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		s, err := p.PublishAndWait(ctx, []byte(`[{"id":"a1"}]`), key)
+		if err != nil || s.JobID != "job-"+key {
+			t.Fatalf("request %d during the flood: %+v, %v", i, s, err)
+		}
 	}
 }
 

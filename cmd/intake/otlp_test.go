@@ -181,7 +181,7 @@ func TestOTLPTraceFromHTTPAndNATSSubmitToWorker(t *testing.T) {
 	})
 	msg := nats.NewMsg(prefix + ".requests." + principal)
 	msg.Data = []byte(`[{"id":"n1","name":"otlp"}]`)
-	msg.Header.Set(jetstream.MsgIDHeader, events.RequestMsgID(principal, "otlp-nats-key-000001"))
+	msg.Header.Set(events.IdempotencyKeyHeader, "otlp-nats-key-000001")
 	msg.Header.Set("traceparent", "00-"+natsTrace+"-b7ad6b7169203331-01")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

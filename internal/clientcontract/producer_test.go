@@ -1,6 +1,7 @@
 package clientcontract_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"sync"
@@ -33,7 +34,7 @@ func (s *stack) producer(principal string) *client.Producer {
 // request conventions to the intake's own.
 func TestProducerConventionsMatchTheIntake(t *testing.T) {
 	if client.ReplyToHeader != events.ReplyToHeader || client.ErrorCodeHeader != events.ErrorCodeHeader ||
-		client.MsgID("p", "k") != events.RequestMsgID("p", "k") || client.InboxPrefix("p") != events.ReplyInboxPrefix("p") {
+		client.IdempotencyKeyHeader != events.IdempotencyKeyHeader || client.InboxPrefix("p") != events.ReplyInboxPrefix("p") {
 		t.Fatal("client NATS conventions differ from internal/events")
 	}
 	for _, c := range codes.Rejections {
@@ -46,8 +47,7 @@ func TestProducerConventionsMatchTheIntake(t *testing.T) {
 // TestProducerPublishesAndGetsTheJob: a request published through the real
 // intake's request consumer becomes a job the HTTP client of the same
 // principal sees and the worker runs; publishing it again (same key, same
-// bytes) answers the same job, replayed, and the database holds one job,
-// including when the second copy is deduplicated by JetStream.
+// bytes) answers the same job, replayed, and the database holds one job.
 func TestProducerPublishesAndGetsTheJob(t *testing.T) {
 	s := newStack(t, true)
 	p := s.producer(testUser)
@@ -67,8 +67,8 @@ func TestProducerPublishesAndGetsTheJob(t *testing.T) {
 		t.Fatalf("job %+v, %v", j, err)
 	}
 	// The same request again, twice at once: Publish, then PublishAndWait
-	// with the same id (deduplicated by JetStream if it comes inside the
-	// window, then published again): one job, the answer replayed.
+	// with the same key (both stored; the database converges them): one
+	// job, the answer replayed.
 	pub, err := p.Publish(ctx, []byte(sample), sub.Key)
 	if err != nil || pub.Key != sub.Key || pub.Sequence == 0 {
 		t.Fatalf("publish %+v, %v", pub, err)
@@ -85,6 +85,58 @@ func TestProducerPublishesAndGetsTheJob(t *testing.T) {
 	var pe *client.Error
 	if !errors.As(err, &pe) || pe.Code != client.CodeSubmissionKeyReused {
 		t.Fatalf("key reused: %v", err)
+	}
+}
+
+// TestForgedMsgIDsCannotKeepAnotherPrincipalsRequestOut: Mallory floods the
+// request stream from her own subject with Nats-Msg-Ids made of Alice's
+// name and key, before and while Alice publishes; every request of Alice's
+// still reaches the intake and Alice gets her job, and the forged messages
+// are rejected without making a job.
+func TestForgedMsgIDsCannotKeepAnotherPrincipalsRequestOut(t *testing.T) {
+	s := newStack(t, false)
+	alice := s.producer(testUser)
+	ctx := ctxT(t, time.Minute)
+	const key = "key-forged-00000000001"
+	forged := []string{testUser + ":" + key, key}
+	mallory, err := nats.Connect(s.natsURL, client.InboxOption("mallory"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mallory.Close()
+	flood := func() {
+		for _, id := range forged {
+			m := nats.NewMsg(s.prefix + ".requests.mallory")
+			m.Data = []byte(sample)
+			m.Header.Set("Nats-Msg-Id", id)
+			_ = mallory.PublishMsg(m) // the stream stores it (or not): no ack needed
+		}
+	}
+	flood()
+	if err := mallory.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	floodCtx, stopFlood := context.WithCancel(ctx)
+	flooding := make(chan struct{})
+	go func() {
+		defer close(flooding)
+		for floodCtx.Err() == nil {
+			flood()
+			time.Sleep(3 * time.Millisecond)
+		}
+	}()
+	first, err := alice.PublishAndWait(ctx, []byte(sample), key)
+	if err != nil || first.JobID == "" {
+		t.Fatalf("during the flood: %+v, %v", first, err)
+	}
+	again, err := alice.PublishAndWait(ctx, []byte(sample), key)
+	stopFlood()
+	<-flooding
+	if err != nil || again.JobID != first.JobID || !again.Replayed {
+		t.Fatalf("again during the flood: %+v, %v", again, err)
+	}
+	if n := s.countJobs(); n != 1 {
+		t.Fatalf("%d jobs, want Alice's one", n)
 	}
 }
 

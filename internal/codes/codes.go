@@ -108,9 +108,10 @@ const (
 	// ReplySubjectForbidden: the request's reply header is not a literal
 	// subject under its principal's reply inbox prefix.
 	ReplySubjectForbidden = "etl_reply_subject_forbidden"
-	// MsgIDNotQualified: the Nats-Msg-Id is not the principal-qualified
-	// idempotency key.
-	MsgIDNotQualified = "etl_nats_msg_id_not_qualified"
+	// MsgIDForbidden: the request carries a Nats-Msg-Id, which JetStream
+	// deduplicates across every principal's requests; the key belongs in
+	// the Mightyetl-Idempotency-Key header.
+	MsgIDForbidden = "etl_nats_msg_id_forbidden"
 	// RequestDeliveriesExhausted: the request failed internally on every
 	// allowed delivery.
 	RequestDeliveriesExhausted = "etl_request_deliveries_exhausted"
@@ -155,4 +156,4 @@ var Problems = []string{
 
 // Rejections lists the codes only the NATS request consumer decides (a
 // rejection or reply besides the use cases' problem codes).
-var Rejections = []string{PrincipalRequired, ReplySubjectForbidden, MsgIDNotQualified, RequestDeliveriesExhausted}
+var Rejections = []string{PrincipalRequired, ReplySubjectForbidden, MsgIDForbidden, RequestDeliveriesExhausted}

@@ -184,6 +184,9 @@ func (c Intake) Validate() error {
 	if c.PrincipalHashKey != "" && len(c.PrincipalHashKey) < MinPrincipalHashKeyBytes {
 		return fmt.Errorf("MIGHTYETL_PRINCIPAL_HASH_KEY: must be at least %d bytes", MinPrincipalHashKeyBytes)
 	}
+	if err := c.NATS.ValidateRequests(c.MaxPayloadBytes); err != nil {
+		return err
+	}
 	return c.NATS.Validate()
 }
 

@@ -48,8 +48,10 @@ type NATS struct {
 	// requests are refused while the stream is full.
 	RequestsMaxBytes int
 	// RequestsMaxPerPrincipal is MIGHTYETL_NATS_REQUESTS_MAX_PER_PRINCIPAL,
-	// default 10000, in [1, 10000000]: requests of one principal waiting in
-	// the stream; further ones of that principal are refused.
+	// default 100, in [1, 10000000]: requests of one principal waiting in
+	// the stream; further ones of that principal are refused. Each counted
+	// at the largest request, they may take at most a tenth of
+	// RequestsMaxBytes (ValidateRequests).
 	RequestsMaxPerPrincipal int
 	// RequestMaxDeliveries is MIGHTYETL_NATS_REQUEST_MAX_DELIVERIES, default
 	// 30, in [1, 1000]: deliveries of a request that keeps failing internally
@@ -102,6 +104,26 @@ func (n NATS) Validate() error {
 		return errors.New("MIGHTYETL_NATS_REQUESTS_ENABLED=true needs NATS_URL")
 	}
 	return nil
+}
+
+// ValidateRequests checks the request stream's limits against the largest
+// request, maxRequestBytes (MIGHTYETL_MAX_PAYLOAD_BYTES), when the request
+// consumer is enabled: one principal's waiting requests must fit in
+// 1/events.RequestsPrincipalShares of the stream, so no principal can fill
+// it and have every other principal's requests refused. The error is one
+// line naming the settings and the values that would fit.
+func (n NATS) ValidateRequests(maxRequestBytes int) error {
+	if !n.RequestsEnabled {
+		return nil
+	}
+	l := events.RequestsLimits{MaxBytes: int64(n.RequestsMaxBytes), MaxPerPrincipal: int64(n.RequestsMaxPerPrincipal),
+		MaxMsgSize: int32(maxRequestBytes)}.WithDefaults()
+	if l.Validate() == nil {
+		return nil
+	}
+	return fmt.Errorf("MIGHTYETL_NATS_REQUESTS_MAX_PER_PRINCIPAL: %d requests of up to MIGHTYETL_MAX_PAYLOAD_BYTES (%d) could take more than 1/%d of MIGHTYETL_NATS_REQUESTS_MAX_BYTES (%d), so one principal could fill the request stream; set it to at most %d or MIGHTYETL_NATS_REQUESTS_MAX_BYTES to at least %d",
+		l.MaxPerPrincipal, maxRequestBytes, events.RequestsPrincipalShares, l.MaxBytes,
+		events.RequestsMaxPerPrincipalFor(l.MaxBytes, l.MaxMsgSize), l.MinStreamBytes())
 }
 
 // validateNATSURL accepts empty or a comma-separated list of URLs with a

@@ -191,27 +191,6 @@ func TestReplyAllowedOnlyUnderThePrincipalsInbox(t *testing.T) {
 	}
 }
 
-func TestRequestKeyIsQualifiedByThePrincipal(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		principal, msgID, key string
-		ok                    bool
-	}{
-		{"alice", RequestMsgID("alice", "key-1"), "key-1", true},
-		{"alice", "alice:a:b", "a:b", true},
-		{"alice", "key-1", "", false},
-		{"alice", "bob:key-1", "", false},
-		{"alice", "alicex:key-1", "", false},
-		{"alice", "", "", false},
-		{"", ":key-1", "", false},
-	} {
-		key, ok := requestKey(c.principal, c.msgID)
-		if ok != c.ok || (ok && key != c.key) {
-			t.Errorf("requestKey(%q, %q) = %q, %v; want %q, %v", c.principal, c.msgID, key, ok, c.key, c.ok)
-		}
-	}
-}
-
 // FuzzReplyAllowed: whatever a producer puts in the header, an allowed reply
 // subject lies under the principal's own inbox prefix and has no wildcard.
 func FuzzReplyAllowed(f *testing.F) {

@@ -38,14 +38,18 @@ const ReplyToHeader = "Mightyetl-Reply-To"
 // the problem's errorCode.
 const ErrorCodeHeader = "Mightyetl-Error-Code"
 
-// RequestMsgID is the Nats-Msg-Id a producer sets on a request:
-// "<principal>:<idempotency key>", principal being the request subject's last
-// token. JetStream deduplicates Nats-Msg-Id per stream, not per subject; the
-// principal qualification keeps two principals' equal keys apart inside the
-// duplicate window. The consumer rejects a request whose id is not qualified
-// by its own subject's principal (codes.MsgIDNotQualified) and hands the
-// handler the key alone.
-func RequestMsgID(principal, key string) string { return principal + ":" + key }
+// IdempotencyKeyHeader carries a request's idempotency key, bare (the
+// principal is the subject's last token): the HTTP Idempotency-Key rules
+// apply (a raw key, or an RFC 9651 sf-string). The database decides
+// idempotency per (principal, key).
+//
+// A request must not carry a Nats-Msg-Id: JetStream deduplicates Nats-Msg-Id
+// across the whole stream, whoever published, before the intake sees the
+// message, so any id one principal uses another could send first and have
+// the server drop the original as a duplicate. The consumer rejects a request
+// with a Nats-Msg-Id (codes.MsgIDForbidden), so every request it accepts is
+// one the server could not have deduplicated against another principal's.
+const IdempotencyKeyHeader = "Mightyetl-Idempotency-Key"
 
 // ReplyInboxPrefix is the inbox prefix of principal's producers,
 // "_INBOX.<principal>": a producer connects with
@@ -64,21 +68,35 @@ func NewReplyInbox(principal string) string {
 const (
 	// RequestsMaxAge is how long an unconsumed request waits in the stream.
 	RequestsMaxAge = 24 * time.Hour
-	// RequestsDuplicateWindow is the smallest window JetStream allows.
-	// Idempotency is decided by the database per (principal, key); ids are
-	// principal-qualified (RequestMsgID), and the window stays minimal so a
-	// producer that forges another principal's id (the server deduplicates
-	// before the consumer can reject it) can shadow that principal's request
-	// for at most this long.
+	// RequestsDuplicateWindow is the smallest window JetStream allows (zero
+	// would mean its 2-minute default). It protects nothing: requests carry
+	// no Nats-Msg-Id (IdempotencyKeyHeader), so the server never
+	// deduplicates one, and idempotency is decided by the database per
+	// (principal, key).
 	RequestsDuplicateWindow = 100 * time.Millisecond
 	// DefaultRequestsMaxBytes is the request stream's size limit when none is
 	// configured: 1 GiB. New requests are refused (the producer's publish
 	// fails) while the stream is full.
 	DefaultRequestsMaxBytes = 1 << 30
 	// DefaultRequestsMaxPerPrincipal is the limit of waiting requests of one
-	// principal (one subject) when none is configured. Further requests of
-	// that principal are refused; other principals are not affected.
-	DefaultRequestsMaxPerPrincipal = 10000
+	// principal (one subject) when none is configured, lowered when the
+	// stream could not hold RequestsPrincipalShares principals' worth of
+	// them (RequestsLimits.WithDefaults). Further requests of that principal
+	// are refused; other principals are not affected.
+	DefaultRequestsMaxPerPrincipal = 100
+	// RequestsPrincipalShares bounds one principal's part of the stream:
+	// its waiting requests, each counted at its largest stored size, may
+	// take at most 1/RequestsPrincipalShares of MaxBytes
+	// (RequestsLimits.Validate). JetStream limits a subject by messages
+	// only, so bytes are bounded through MaxPerPrincipal × MaxMsgSize: one
+	// principal (or fewer than this many) can never fill the stream and
+	// have discard-new refuse every other principal.
+	RequestsPrincipalShares = 10
+	// RequestStoreOverhead is what the file store may add to a message's
+	// headers and body when it counts it against MaxBytes: its record
+	// framing (34 bytes) and the subject, at most 4 KiB (the server's
+	// default max_control_line bounds the publish line that carries it).
+	RequestStoreOverhead = 4096 + 64
 )
 
 // RequestsLimits are the request stream's size limits. Zero values take the
@@ -87,26 +105,70 @@ type RequestsLimits struct {
 	// MaxBytes caps the whole stream; zero means DefaultRequestsMaxBytes.
 	MaxBytes int64
 	// MaxPerPrincipal caps the messages of one subject, that is of one
-	// principal; zero means DefaultRequestsMaxPerPrincipal.
+	// principal; zero means DefaultRequestsMaxPerPrincipal, or
+	// RequestsMaxPerPrincipalFor(MaxBytes, MaxMsgSize) when that is lower.
 	MaxPerPrincipal int64
-	// MaxMsgSize caps one message; zero means the server's max_payload.
+	// MaxMsgSize caps one message, headers and body; zero means the
+	// server's max_payload (the request consumer resolves it on connect).
 	MaxMsgSize int32
 }
 
-// WithDefaults returns l with a non-positive MaxBytes or MaxPerPrincipal
-// set to its Default* constant.
+// WithDefaults returns l with a non-positive MaxBytes set to
+// DefaultRequestsMaxBytes and a non-positive MaxPerPrincipal set to
+// DefaultRequestsMaxPerPrincipal, or to RequestsMaxPerPrincipalFor when
+// MaxMsgSize is known and that is lower (but at least 1: Validate then
+// reports a stream too small for its message size).
 func (l RequestsLimits) WithDefaults() RequestsLimits {
 	l.MaxBytes = cmp.Or(max(l.MaxBytes, 0), DefaultRequestsMaxBytes)
-	l.MaxPerPrincipal = cmp.Or(max(l.MaxPerPrincipal, 0), DefaultRequestsMaxPerPrincipal)
+	if l.MaxPerPrincipal <= 0 {
+		l.MaxPerPrincipal = DefaultRequestsMaxPerPrincipal
+		if l.MaxMsgSize > 0 {
+			l.MaxPerPrincipal = max(min(l.MaxPerPrincipal, RequestsMaxPerPrincipalFor(l.MaxBytes, l.MaxMsgSize)), 1)
+		}
+	}
 	return l
+}
+
+// RequestsMaxPerPrincipalFor is the largest MaxPerPrincipal a stream of
+// maxBytes with messages of up to maxMsgSize bytes allows: the count whose
+// bytes, each message at maxMsgSize plus RequestStoreOverhead, fit in
+// 1/RequestsPrincipalShares of maxBytes. Zero means not even one message
+// fits in a share.
+func RequestsMaxPerPrincipalFor(maxBytes int64, maxMsgSize int32) int64 {
+	return maxBytes / RequestsPrincipalShares / (int64(max(maxMsgSize, 0)) + RequestStoreOverhead)
+}
+
+// ErrPrincipalShareTooLarge reports RequestsLimits that let one principal
+// hold more than 1/RequestsPrincipalShares of the request stream.
+var ErrPrincipalShareTooLarge = errors.New("one principal's waiting requests could take more than its share of the request stream")
+
+// Validate checks l after WithDefaults with MaxMsgSize known: one
+// principal at its MaxPerPrincipal limit, every message at MaxMsgSize,
+// must hold at most 1/RequestsPrincipalShares of MaxBytes. It returns nil
+// for a zero MaxMsgSize (the limit is the server's, checked once known),
+// and otherwise an error wrapping ErrPrincipalShareTooLarge that names the
+// largest MaxPerPrincipal allowed and the smallest MaxBytes that allows l's.
+func (l RequestsLimits) Validate() error {
+	if l.MaxMsgSize <= 0 || l.MaxPerPrincipal <= RequestsMaxPerPrincipalFor(l.MaxBytes, l.MaxMsgSize) {
+		return nil
+	}
+	return fmt.Errorf("%w: %d requests of up to %d bytes each; allow at most %d per principal, or at least %d stream bytes",
+		ErrPrincipalShareTooLarge, l.MaxPerPrincipal, l.MaxMsgSize,
+		RequestsMaxPerPrincipalFor(l.MaxBytes, l.MaxMsgSize), l.MinStreamBytes())
+}
+
+// MinStreamBytes is the smallest stream size in which l's MaxPerPrincipal
+// messages of MaxMsgSize take at most 1/RequestsPrincipalShares.
+func (l RequestsLimits) MinStreamBytes() int64 {
+	return l.MaxPerPrincipal * (int64(max(l.MaxMsgSize, 0)) + RequestStoreOverhead) * RequestsPrincipalShares
 }
 
 // RequestHandler turns one request message into a job. It is OUR interface,
 // implemented by the intake.
 //
 // principal is the last subject token (NATS permissions decide who may
-// publish there); idempotencyKey is the Nats-Msg-Id header, possibly empty
-// (the handler validates it with the HTTP header's rules); body is the raw
+// publish there); idempotencyKey is the IdempotencyKeyHeader value, possibly
+// empty (the handler validates it with the HTTP header's rules); body is the raw
 // record array. The handler must commit before returning success.
 //
 // Results: err != nil means the request failed internally (database
@@ -164,7 +226,8 @@ type RequestConsumerOptions struct {
 	// server's max_payload.
 	MaxRequestBytes int32
 	// StreamMaxBytes and StreamMaxPerPrincipal are the request stream's
-	// limits (RequestsLimits); zero means the defaults there.
+	// limits (RequestsLimits); zero means the defaults there. Together with
+	// MaxRequestBytes they must pass RequestsLimits.Validate.
 	StreamMaxBytes        int64
 	StreamMaxPerPrincipal int64
 	// SetupRetry is the pause between attempts to create the stream and
@@ -224,12 +287,12 @@ const (
 // limits l (whole stream, per principal, per message), new messages refused
 // when full, both for the stream and for one principal's subject (so a
 // limit never discards a waiting request), file storage, duplicate window
-// RequestsDuplicateWindow.
+// RequestsDuplicateWindow (requests carry no Nats-Msg-Id).
 func RequestsStreamConfig(s Subjects, l RequestsLimits) jetstream.StreamConfig {
 	l = l.WithDefaults()
 	return jetstream.StreamConfig{
 		Name:                 s.RequestsStream(),
-		Description:          "mightyETL job submissions (last token = principal, Nats-Msg-Id = <principal>:<idempotency key>)",
+		Description:          "mightyETL job submissions (last token = principal, key in Mightyetl-Idempotency-Key, no Nats-Msg-Id)",
 		Subjects:             []string{s.RequestsAll()},
 		Retention:            jetstream.WorkQueuePolicy,
 		Discard:              jetstream.DiscardNew,
@@ -252,8 +315,8 @@ func RequestsStreamConfig(s Subjects, l RequestsLimits) jetstream.StreamConfig {
 // request whose subject does not end in exactly one principal token
 // (codes.PrincipalRequired), whose ReplyToHeader is not a literal subject
 // under its principal's ReplyInboxPrefix (codes.ReplySubjectForbidden: not
-// handled and no reply), whose Nats-Msg-Id is not RequestMsgID(principal,
-// key) for the subject's principal (codes.MsgIDNotQualified), or that failed
+// handled and no reply), that carries a Nats-Msg-Id (codes.MsgIDForbidden,
+// see IdempotencyKeyHeader), or that failed
 // internally on RequestConsumerOptions.MaxDeliveries deliveries
 // (codes.RequestDeliveriesExhausted). Each rejection is published on
 // "<p>.rejections" and the message is terminated.
@@ -270,8 +333,11 @@ type RequestConsumer struct {
 }
 
 // NewRequestConsumer returns a consumer of "<prefix>.requests.>" that calls
-// h. log and m may be nil. It fails on a nil connection or handler or an
-// invalid prefix.
+// h. log and m may be nil. It fails on a nil connection or handler, an
+// invalid prefix, or stream limits that fail RequestsLimits.Validate
+// (ErrPrincipalShareTooLarge; with a zero MaxRequestBytes that check waits
+// for the server's max_payload, and the stream is not set up while it
+// fails).
 func NewRequestConsumer(nc *nats.Conn, prefix string, h RequestHandler, log *slog.Logger, m *metrics.Events, opts RequestConsumerOptions) (*RequestConsumer, error) {
 	if nc == nil || h == nil {
 		return nil, errors.New("new request consumer: connection and handler are required")
@@ -283,6 +349,9 @@ func NewRequestConsumer(nc *nats.Conn, prefix string, h RequestHandler, log *slo
 	opts = opts.WithDefaults()
 	if opts.HandlerTimeout >= opts.AckWait {
 		return nil, errors.New("new request consumer: handler timeout must be shorter than ack wait")
+	}
+	if err := opts.limits(0).Validate(); err != nil {
+		return nil, fmt.Errorf("new request consumer: %w", err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -335,7 +404,12 @@ func (c *RequestConsumer) Stop(ctx context.Context) error {
 func (c *RequestConsumer) setup(ctx context.Context) (jetstream.Consumer, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	limits := RequestsLimits{MaxBytes: c.opts.StreamMaxBytes, MaxPerPrincipal: c.opts.StreamMaxPerPrincipal, MaxMsgSize: c.opts.MaxRequestBytes}
+	// The server's max_payload is known once connected; an unconnected
+	// connection fails the stream look-up below anyway.
+	limits := c.opts.limits(int32(min(c.nc.MaxPayload(), math.MaxInt32)))
+	if err := limits.Validate(); err != nil {
+		return nil, fmt.Errorf("request stream limits: %w", err)
+	}
 	if _, err := EnsureStream(ctx, c.js, RequestsStreamConfig(c.subjects, limits)); err != nil {
 		return nil, err
 	}
@@ -357,6 +431,15 @@ func (c *RequestConsumer) setup(ctx context.Context) (jetstream.Consumer, error)
 		return nil, fmt.Errorf("ensure request consumer: %w", err)
 	}
 	return cons, nil
+}
+
+// limits are the request stream's limits with defaults applied; a zero
+// MaxRequestBytes is taken as serverMaxPayload (zero when unknown).
+func (o RequestConsumerOptions) limits(serverMaxPayload int32) RequestsLimits {
+	return RequestsLimits{
+		MaxBytes: o.StreamMaxBytes, MaxPerPrincipal: o.StreamMaxPerPrincipal,
+		MaxMsgSize: cmp.Or(max(o.MaxRequestBytes, 0), serverMaxPayload),
+	}.WithDefaults()
 }
 
 // run sets up, consumes until ctx ends or the consumer disappears, and
@@ -469,7 +552,7 @@ func (c *RequestConsumer) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 	principal, ok := c.subjects.principalOf(msg.Subject())
 	replyTo := msg.Headers().Get(ReplyToHeader)
-	key, qualified := requestKey(principal, msg.Headers().Get(jetstream.MsgIDHeader))
+	key := msg.Headers().Get(IdempotencyKeyHeader)
 	switch {
 	case !ok:
 		code = codes.PrincipalRequired
@@ -479,8 +562,10 @@ func (c *RequestConsumer) handle(ctx context.Context, msg jetstream.Msg) {
 		// Earlier deliveries ended without a settlement (a crash, a stop,
 		// an expired ack wait): do not run it again.
 		code = codes.RequestDeliveriesExhausted
-	case !qualified:
-		code = codes.MsgIDNotQualified
+	case msg.Headers().Get(jetstream.MsgIDHeader) != "":
+		// Deduplicated stream-wide by the server: whoever sent the id
+		// first decided whether this message was stored.
+		code = codes.MsgIDForbidden
 	default:
 		reply, code, err = c.h.HandleRequest(hctx, principal, key, msg.Data())
 		if err != nil && delivered >= uint64(c.opts.MaxDeliveries) {
@@ -539,16 +624,6 @@ func (c *RequestConsumer) answer(principal, to string, reply []byte, code string
 		out.Header.Set(ErrorCodeHeader, code)
 	}
 	_ = c.nc.PublishMsg(out)
-}
-
-// requestKey returns the idempotency key of a Nats-Msg-Id qualified by
-// principal (RequestMsgID), and false when msgID is not qualified by it. The
-// key itself is validated by the handler.
-func requestKey(principal, msgID string) (string, bool) {
-	if principal == "" {
-		return "", false
-	}
-	return strings.CutPrefix(msgID, principal+":")
 }
 
 // replyAllowed accepts a literal subject under principal's inbox prefix,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -113,8 +114,8 @@ func newRequestFixture(t *testing.T, h RequestHandler, tune ...func(*RequestCons
 }
 
 // submit publishes a request of principal through JetStream the way the
-// producer convention says (docs/operations/nats.md): Nats-Msg-Id
-// RequestMsgID(principal, key), a reply inbox under
+// producer convention says (docs/operations/nats.md): the key in
+// IdempotencyKeyHeader, no Nats-Msg-Id, a reply inbox under
 // ReplyInboxPrefix(principal). subject is normally principal's request
 // subject. It returns the inbox subscription.
 func (f requestFixture) submit(t *testing.T, subject, principal, key, body string) *nats.Subscription {
@@ -127,7 +128,7 @@ func (f requestFixture) submit(t *testing.T, subject, principal, key, body strin
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	msg := nats.NewMsg(subject)
 	msg.Data = []byte(body)
-	msg.Header.Set(jetstream.MsgIDHeader, RequestMsgID(principal, key))
+	msg.Header.Set(IdempotencyKeyHeader, key)
 	msg.Header.Set(ReplyToHeader, inbox)
 	if _, err := f.js.PublishMsg(t.Context(), msg); err != nil {
 		t.Fatalf("publish request: %v", err)
@@ -363,7 +364,7 @@ func TestRequestReplyOnlyToTheRequestersInbox(t *testing.T) {
 		}
 		key := fmt.Sprintf("key-reply-%010d", i)
 		msg := nats.NewMsg(f.requestsSubject(t, "producer-3"))
-		msg.Header.Set(jetstream.MsgIDHeader, RequestMsgID("producer-3", key))
+		msg.Header.Set(IdempotencyKeyHeader, key)
 		msg.Header.Set(ReplyToHeader, target)
 		if _, err := f.js.PublishMsg(t.Context(), msg); err != nil {
 			t.Fatal(err)
@@ -387,11 +388,13 @@ func TestRequestReplyOnlyToTheRequestersInbox(t *testing.T) {
 	}
 }
 
-// TestRequestIDsAreQualifiedByPrincipal: two principals that use the same
-// idempotency key at the same moment both get their job (the stream never
-// takes one for a duplicate of the other), the handler sees the bare key,
-// and an id that is not qualified by the subject's principal is rejected.
-func TestRequestIDsAreQualifiedByPrincipal(t *testing.T) {
+// TestRequestMsgIDsAreRefused: two principals that use the same
+// idempotency key at the same moment both get their job (nothing in a
+// request lets the stream take one for a duplicate of the other), the
+// handler sees the bare key of IdempotencyKeyHeader, and a request that
+// carries a Nats-Msg-Id, which the server deduplicates across principals,
+// is rejected unhandled whatever the id.
+func TestRequestMsgIDsAreRefused(t *testing.T) {
 	t.Parallel()
 	h := &fakeHandler{script: func(_ int, c call) ([]byte, string, error) { return []byte(c.principal), "", nil }}
 	f := newRequestFixture(t, h)
@@ -399,7 +402,7 @@ func TestRequestIDsAreQualifiedByPrincipal(t *testing.T) {
 	const key = "key-shared-0000000001"
 	for _, p := range []string{"producer-a", "producer-b"} {
 		msg := nats.NewMsg(f.requestsSubject(t, p))
-		msg.Header.Set(jetstream.MsgIDHeader, RequestMsgID(p, key))
+		msg.Header.Set(IdempotencyKeyHeader, key)
 		ack, err := f.js.PublishMsg(t.Context(), msg)
 		if err != nil {
 			t.Fatal(err)
@@ -416,21 +419,24 @@ func TestRequestIDsAreQualifiedByPrincipal(t *testing.T) {
 	if !got["producer-a"] || !got["producer-b"] {
 		t.Fatalf("calls = %+v", h.callsFor(key))
 	}
-	// Unqualified, or qualified by another principal: rejected, unhandled.
-	for _, id := range []string{"key-unqualified-01", RequestMsgID("producer-a", "key-forged-00001")} {
+	// Any Nats-Msg-Id, with or without a key header: rejected, unhandled.
+	for i, id := range []string{"key-msgid-00000001", "producer-c:key-msgid-00000002", "producer-a:" + key} {
 		msg := nats.NewMsg(f.requestsSubject(t, "producer-c"))
 		msg.Header.Set(jetstream.MsgIDHeader, id)
+		if i == 0 {
+			msg.Header.Set(IdempotencyKeyHeader, id)
+		}
 		if _, err := f.js.PublishMsg(t.Context(), msg); err != nil {
 			t.Fatal(err)
 		}
-		f.wantRejection(t, rejections, codes.MsgIDNotQualified)
+		f.wantRejection(t, rejections, codes.MsgIDForbidden)
 	}
 	f.settled(t)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, c := range h.calls {
 		if c.principal == "producer-c" {
-			t.Fatalf("unqualified request handled: %+v", c)
+			t.Fatalf("request with a Nats-Msg-Id handled: %+v", c)
 		}
 	}
 }
@@ -458,7 +464,7 @@ func TestRequestStreamLimits(t *testing.T) {
 	h := &fakeHandler{gate: gate, script: func(int, call) ([]byte, string, error) { return nil, "", nil }}
 	c, err := NewRequestConsumer(nc, s.Prefix(), h, nil, nil, RequestConsumerOptions{
 		Concurrency: 1, AckWait: 5 * time.Second, HandlerTimeout: 4 * time.Second,
-		StreamMaxBytes: 1 << 20, StreamMaxPerPrincipal: 2,
+		StreamMaxBytes: 1 << 20, StreamMaxPerPrincipal: 2, MaxRequestBytes: 16 << 10,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -490,7 +496,7 @@ func TestRequestStreamLimits(t *testing.T) {
 	publish := func(principal, key string) error {
 		subject, _ := s.Requests(principal)
 		msg := nats.NewMsg(subject)
-		msg.Header.Set(jetstream.MsgIDHeader, RequestMsgID(principal, key))
+		msg.Header.Set(IdempotencyKeyHeader, key)
 		_, err := js.PublishMsg(t.Context(), msg)
 		return err
 	}
@@ -504,6 +510,83 @@ func TestRequestStreamLimits(t *testing.T) {
 	}
 	if err := publish("producer-y", "key-limit-other-001"); err != nil {
 		t.Fatalf("another principal refused: %v", err)
+	}
+}
+
+// TestOnePrincipalCannotFillTheRequestStream: with the product's limits
+// scaled down (a 1 MiB stream, 16 KiB requests, the default per-principal
+// limit), one principal flooding large requests while nothing is consumed is
+// refused after its share, and another principal's request is still stored
+// and handled. Limits that would let one principal hold more than its share
+// are refused before anything starts.
+func TestOnePrincipalCannotFillTheRequestStream(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{}) // closed once the flood is over: nothing is acknowledged before
+	h := &fakeHandler{gate: gate, script: func(int, call) ([]byte, string, error) { return []byte("ok"), "", nil }}
+	f := newRequestFixture(t, h, func(o *RequestConsumerOptions) {
+		o.Concurrency = 1
+		o.StreamMaxBytes = 1 << 20
+		o.MaxRequestBytes = 16 << 10
+	})
+	publish := func(principal, key string, body []byte) error {
+		msg := nats.NewMsg(f.requestsSubject(t, principal))
+		msg.Header.Set(IdempotencyKeyHeader, key)
+		msg.Data = body
+		_, err := f.js.PublishMsg(t.Context(), msg)
+		return err
+	}
+	big := make([]byte, 16000)
+	stored := 0
+	for ; stored < 1000; stored++ {
+		if err := publish("mallory", fmt.Sprintf("key-flood-%010d", stored), big); err != nil {
+			break
+		}
+	}
+	share := RequestsMaxPerPrincipalFor(1<<20, 16<<10)
+	if stored == 0 || int64(stored) > share {
+		t.Fatalf("one principal stored %d requests, want 1..%d (a tenth of the stream)", stored, share)
+	}
+	if err := publish("alice", "key-alice-0000000001", []byte(`[{"id":"a1"}]`)); err != nil {
+		t.Fatalf("another principal refused after the flood: %v", err)
+	}
+	close(gate)
+	testwait.For(t, 10*time.Second, "alice's request handled", func() bool { return len(h.callsFor("key-alice-0000000001")) == 1 })
+
+	// Explicit limits beyond one principal's share are refused.
+	_, err := NewRequestConsumer(f.nc, f.subjects.Prefix(), h, nil, nil, RequestConsumerOptions{
+		StreamMaxBytes: 1 << 20, MaxRequestBytes: 16 << 10, StreamMaxPerPrincipal: share + 1,
+	})
+	if !errors.Is(err, ErrPrincipalShareTooLarge) {
+		t.Fatalf("limits beyond a principal's share: %v", err)
+	}
+}
+
+// TestRequestsLimitsBoundOnePrincipal: the defaults give one principal at
+// most a tenth of the stream, a default limit shrinks to fit a stream too
+// small for it, and Validate names what would fit.
+func TestRequestsLimitsBoundOnePrincipal(t *testing.T) {
+	t.Parallel()
+	product := RequestsLimits{MaxMsgSize: 1 << 20}.WithDefaults()
+	if product.MaxPerPrincipal != DefaultRequestsMaxPerPrincipal || product.Validate() != nil ||
+		product.MaxPerPrincipal*(1<<20+RequestStoreOverhead)*RequestsPrincipalShares > product.MaxBytes {
+		t.Fatalf("product defaults %+v: %v", product, product.Validate())
+	}
+	small := RequestsLimits{MaxBytes: 1 << 20, MaxMsgSize: 16 << 10}.WithDefaults()
+	if small.MaxPerPrincipal != 5 || small.Validate() != nil {
+		t.Fatalf("scaled-down defaults %+v: %v", small, small.Validate())
+	}
+	tiny := RequestsLimits{MaxBytes: 1 << 20, MaxMsgSize: 1 << 20}.WithDefaults()
+	if tiny.MaxPerPrincipal != 1 || !errors.Is(tiny.Validate(), ErrPrincipalShareTooLarge) {
+		t.Fatalf("stream smaller than ten messages %+v: %v", tiny, tiny.Validate())
+	}
+	over := RequestsLimits{MaxPerPrincipal: 10000, MaxMsgSize: 1 << 20}.WithDefaults()
+	err := over.Validate()
+	if !errors.Is(err, ErrPrincipalShareTooLarge) || !strings.Contains(err.Error(), "at most 101 per principal") ||
+		!strings.Contains(err.Error(), fmt.Sprint(over.MinStreamBytes())) || over.MinStreamBytes() != 10000*(1<<20+RequestStoreOverhead)*10 {
+		t.Fatalf("10,000 requests of 1 MiB in 1 GiB: %v", err)
+	}
+	if (RequestsLimits{MaxPerPrincipal: 10000}).WithDefaults().Validate() != nil {
+		t.Fatal("limits with the server's message size are checked before it is known")
 	}
 }
 

@@ -77,7 +77,7 @@ func TestSampleServerConfigPermissions(t *testing.T) {
 
 	// producer: its own subject works and gets the reply in its own inbox
 	// (the producer convention: inbox prefix "_INBOX.<principal>",
-	// Nats-Msg-Id "<principal>:<key>").
+	// key in IdempotencyKeyHeader).
 	alice := connect("producer-alice", "alice-pw", nats.CustomInboxPrefix(ReplyInboxPrefix("producer-alice")))
 	ajs, _ := jetstream.New(alice, jetstream.WithDefaultTimeout(2*time.Second))
 	inbox := alice.NewInbox()
@@ -88,7 +88,7 @@ func TestSampleServerConfigPermissions(t *testing.T) {
 	req := func(subject string) error {
 		msg := nats.NewMsg(subject)
 		msg.Header.Set(ReplyToHeader, inbox)
-		msg.Header.Set(jetstream.MsgIDHeader, RequestMsgID("producer-alice", "key-0000000000000001"))
+		msg.Header.Set(IdempotencyKeyHeader, "key-0000000000000001")
 		_, err := ajs.PublishMsg(ctx, msg)
 		return err
 	}

@@ -289,9 +289,9 @@ func (p *Producers) runNATS(nc *nats.Conn, principal string, rng *rand.Rand) {
 	}
 }
 
-// submitNATS publishes s (Nats-Msg-Id = key, reply inbox in the
-// Mightyetl-Reply-To header) and waits for the intake's reply; without
-// one it publishes the same request again. One inbox serves every copy, so
+// submitNATS publishes s (key in events.IdempotencyKeyHeader, reply inbox
+// in the Mightyetl-Reply-To header) and waits for the intake's reply;
+// without one it publishes the same request again. One inbox serves every copy, so
 // a late reply to an earlier copy acknowledges too.
 func (p *Producers) submitNATS(nc *nats.Conn, js jetstream.JetStream, subject string, s *Submission, rng *rand.Rand) {
 	inbox := events.NewReplyInbox(s.Principal)
@@ -308,7 +308,7 @@ func (p *Producers) submitNATS(nc *nats.Conn, js jetstream.JetStream, subject st
 		s.mu.Unlock()
 		msg := nats.NewMsg(subject)
 		msg.Data = s.Body
-		msg.Header.Set(jetstream.MsgIDHeader, events.RequestMsgID(s.Principal, s.Key))
+		msg.Header.Set(events.IdempotencyKeyHeader, s.Key)
 		msg.Header.Set(events.ReplyToHeader, inbox)
 		pctx, cancel := context.WithTimeout(p.finish, 3*time.Second)
 		_, perr := js.PublishMsg(pctx, msg)

@@ -20,11 +20,10 @@ type RequestReply struct {
 
 // NATSRequests adapts a Service to the NATS request consumer
 // (events.RequestHandler): the subject's last token is the principal, the
-// idempotency key the Nats-Msg-Id header without its "<principal>:"
-// qualification (the consumer checks and strips it), the body the record
-// array. The job
-// is committed before HandleRequest returns, so the consumer acks only after
-// the commit.
+// idempotency key the Mightyetl-Idempotency-Key header (the consumer
+// rejects requests that carry a Nats-Msg-Id), the body the record array.
+// The job is committed before HandleRequest returns, so the consumer acks
+// only after the commit.
 type NATSRequests struct {
 	Service *Service
 	// Kind is the job kind requests create; empty means pg.KindETLRecords.
