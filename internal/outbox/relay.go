@@ -38,6 +38,18 @@ const (
 	DefaultListenReconnectDelay = time.Second
 )
 
+// MaxGroupEvents is the most events one group row holds: migration 00006's
+// etl_outbox_group_shape_check allows 1..10,000 members (a finish group has
+// at most the worker's FinishBatch, 1,024 by default).
+const MaxGroupEvents = 10000
+
+// publishWindow is how many lifecycle publishes may await their JetStream
+// acknowledgement at once: twice batchSize, and never fewer than
+// MaxGroupEvents, because a group row is published whole even when it holds
+// more events than batchSize. A batch therefore never waits for a free slot
+// unless RunOnce runs concurrently with itself.
+func publishWindow(batchSize int) int { return max(2*batchSize, MaxGroupEvents) }
+
 // Options tunes a Relay. Zero values take the defaults noted.
 type Options struct {
 	// PollInterval is the fallback poll when no notification arrives
@@ -108,7 +120,7 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, prefix string, log *slog.Logger, m *
 	}
 	opts = opts.WithDefaults()
 	js, err := jetstream.New(nc,
-		jetstream.WithPublishAsyncMaxPending(2*opts.BatchSize),
+		jetstream.WithPublishAsyncMaxPending(publishWindow(opts.BatchSize)),
 		jetstream.WithPublishAsyncTimeout(opts.PublishTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("new outbox relay: %w", err)
@@ -473,7 +485,11 @@ func (r *Relay) publishLifecycle(ctx context.Context, rows []row, tps map[uuid.U
 		missing[i] = len(msgs)
 		sent += len(msgs)
 		for _, msg := range msgs {
-			fut, err := r.js.PublishMsgAsync(msg)
+			// A publish that finds the window full waits for a free slot
+			// as long as the batch may wait for acknowledgements, not
+			// nats.go's default 200 ms: slow acks must delay a batch, not
+			// fail it over and over.
+			fut, err := r.js.PublishMsgAsync(msg, jetstream.WithStallWait(stallWait(ctx)))
 			if err != nil {
 				fail(err)
 				continue
@@ -508,6 +524,16 @@ func (r *Relay) publishLifecycle(ctx context.Context, rows []row, tps map[uuid.U
 		return acked, discarded, ackedEvents, leftover, fmt.Errorf("publish lifecycle events: %d of %d not acknowledged: %w", failed, sent, firstErr)
 	}
 	return acked, discarded, ackedEvents, leftover, nil
+}
+
+// stallWait is what is left of ctx's deadline (set from PublishTimeout), at
+// least a millisecond.
+func stallWait(ctx context.Context) time.Duration {
+	d := time.Millisecond
+	if deadline, ok := ctx.Deadline(); ok {
+		d = max(time.Until(deadline), d)
+	}
+	return d
 }
 
 // lifecycleMsgs builds the JetStream messages of one lifecycle row: one for
