@@ -1,6 +1,9 @@
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/mightyetl/mightyetl/internal/codes"
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Submission outcome label values (mightyetl_jobs_submitted_total{outcome}).
 const (
@@ -16,6 +19,18 @@ const (
 	CancellationConflict  = "conflict"  // terminal already, or another key cancelled it
 	CancellationNotFound  = "not_found" // absent, foreign or malformed id
 )
+
+// SubmissionRejectionCodes are the label values of
+// mightyetl_submission_rejections_total{code}: every problem code a
+// submission (intake.Submit, over HTTP or NATS) is rejected with: the
+// record validation's (etl), the key's, the principal's, key reuse, and a
+// database that is unavailable or failed. NewIntake starts a zero series
+// for each, so a dashboard panel or an absent() alert sees the counter on
+// a fleet that has rejected nothing yet. Do not modify it.
+var SubmissionRejectionCodes = []string{
+	codes.InvalidJSON, codes.InvalidRecord, codes.BatchTooLarge, codes.InvalidIdempotencyKey,
+	codes.PrincipalRequired, codes.SubmissionKeyReused, codes.TargetUnavailable, codes.InternalError,
+}
 
 // Status classes of mightyetl_http_request_duration_seconds{status_class}.
 var statusClasses = []string{"1xx", "2xx", "3xx", "4xx", "5xx"}
@@ -40,7 +55,8 @@ type Intake struct {
 	// route template.
 	HandlerPanics *prometheus.CounterVec
 	// Rejections counts rejected submissions (HTTP and NATS) by their
-	// stable problem code, a finite set (contract.md).
+	// stable problem code, a finite set (contract.md); every code of
+	// SubmissionRejectionCodes has a series from the start.
 	Rejections *prometheus.CounterVec
 }
 
@@ -79,6 +95,9 @@ func NewIntake(reg prometheus.Registerer) *Intake {
 	}
 	for _, o := range []string{CancellationCancelled, CancellationReplayed, CancellationConflict, CancellationNotFound} {
 		m.Cancellations.WithLabelValues(o)
+	}
+	for _, c := range SubmissionRejectionCodes {
+		m.Rejections.WithLabelValues(c)
 	}
 	reg.MustRegister(m.Submissions, m.Cancellations, m.RequestDuration, m.SubmitBatchSize, m.HandlerPanics, m.Rejections)
 	return m

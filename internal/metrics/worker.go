@@ -131,6 +131,10 @@ func NewWorker(reg prometheus.Registerer) *Worker {
 	for _, o := range []string{OutcomeClaimed, OutcomeSucceeded, OutcomeRetried, OutcomeFailed, OutcomeStale, OutcomeCancelled, OutcomeReleased} {
 		m.Outcomes.WithLabelValues(o)
 	}
+	// Execution ends in every outcome but claimed.
+	for _, o := range []string{OutcomeSucceeded, OutcomeRetried, OutcomeFailed, OutcomeStale, OutcomeCancelled, OutcomeReleased} {
+		m.ExecutionSeconds.WithLabelValues(o)
+	}
 	for _, o := range []string{RenewalRenewed, RenewalStale, RenewalDBError} {
 		m.Renewals.WithLabelValues(o)
 	}
