@@ -225,12 +225,13 @@ func (a *api) registerConsole(mux *http.ServeMux) {
 	ops("GET /api/ops/jobs", a.opsJobs)
 	ops("GET /api/ops/jobs/{id}", a.opsJob)
 	ops("GET /api/ops/workers", a.opsWorkers)
+	ops("GET /api/ops/audit", a.opsAudit)
 	ops("POST /api/ops/jobs/{id}/replays", a.opsReplay)
 	mux.Handle("/api/ops/jobs/{id}/replays", a.authenticated(func(w http.ResponseWriter, r *http.Request, _ string) {
 		w.Header().Set("Allow", "POST")
 		writeProblem(w, r, codes.MethodNotAllowed)
 	}))
-	for _, p := range []string{"/api/ops/overview", "/api/ops/jobs", "/api/ops/jobs/{id}", "/api/ops/workers"} {
+	for _, p := range []string{"/api/ops/overview", "/api/ops/jobs", "/api/ops/jobs/{id}", "/api/ops/workers", "/api/ops/audit"} {
 		mux.Handle(p, a.authenticated(func(w http.ResponseWriter, r *http.Request, _ string) {
 			w.Header().Set("Allow", "GET, HEAD")
 			writeProblem(w, r, codes.MethodNotAllowed)
