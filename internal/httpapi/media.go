@@ -23,13 +23,19 @@ import (
 // without a body (Content-Length: 0) passes, so a bodiless POST such as a
 // cancellation needs no Content-Type; an empty body then fails as the route
 // decides (400 etl_invalid_json where a body is required).
-func requireJSON(h apiHandler) apiHandler {
-	return func(w http.ResponseWriter, r *http.Request, principal string) {
+//
+// Every POST route under /api/ is wrapped in it, after authentication (and,
+// on /api/ops/, the operator check) and before the handler reads anything:
+// the owner's routes (an apiHandler, through NewHandler's post) and the
+// operator's (an opsHandler, through registerConsole's ops). The HTML forms
+// under /console/ are not JSON routes and keep their own form handling.
+func requireJSON[P any, H ~func(http.ResponseWriter, *http.Request, P)](h H) H {
+	return func(w http.ResponseWriter, r *http.Request, who P) {
 		if r.ContentLength != 0 && !isJSONContentType(r.Header) {
 			writeProblem(w, r, codes.UnsupportedMediaType)
 			return
 		}
-		h(w, r, principal)
+		h(w, r, who)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -29,11 +30,11 @@ func (a *api) operatorOf(r *http.Request) (console.Operator, int, error) {
 
 // consolePages serves /console/ to operators: no or bad credentials get a
 // 401 page with the authenticator's challenge (Basic prompts the browser),
-// other principals a 403 page.
+// other principals a 403 page. Every response, refusals included, carries
+// the console's security headers (console.SecureHeaders).
 func (a *api) consolePages() http.Handler {
 	pages := a.opts.Console.Handler()
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Cache-Control", "no-store")
+	return console.SecureHeaders(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		op, status, err := a.operatorOf(r)
 		if throttled := (*auth.ThrottleError)(nil); errors.As(err, &throttled) {
 			writeAuthThrottled(w, r, throttled)
@@ -49,7 +50,7 @@ func (a *api) consolePages() http.Handler {
 			return
 		}
 		pages.ServeHTTP(w, r.WithContext(console.WithOperator(r.Context(), op)))
-	})
+	}))
 }
 
 // opsHandler is an /api/ops/ handler, called for an operator.
@@ -163,15 +164,15 @@ func (a *api) opsJob(w http.ResponseWriter, r *http.Request, _ console.Operator)
 	}
 	out := struct {
 		opsJob
-		PayloadDigestPrefix string     `json:"payloadDigestPrefix"`
-		RecordCount         *int       `json:"recordCount,omitempty"`
-		LeaseOwnerID        *string    `json:"leaseOwnerId,omitempty"`
-		LeaseExpiresAt      *time.Time `json:"leaseExpiresAt,omitempty"`
-		LeaseFencingToken   *int64     `json:"leaseFencingToken,omitempty"`
-		DatabaseNow         time.Time  `json:"databaseNow"`
-		Lineage             *lineage   `json:"lineage,omitempty"`
-		Children            []opsJob   `json:"replays"`
-	}{opsJob: toOpsJob(d.OpsJob), PayloadDigestPrefix: d.RequestDigestPrefix, RecordCount: d.RecordCount,
+		PayloadDigestTag  string     `json:"payloadDigestTag"`
+		RecordCount       *int       `json:"recordCount,omitempty"`
+		LeaseOwnerID      *string    `json:"leaseOwnerId,omitempty"`
+		LeaseExpiresAt    *time.Time `json:"leaseExpiresAt,omitempty"`
+		LeaseFencingToken *int64     `json:"leaseFencingToken,omitempty"`
+		DatabaseNow       time.Time  `json:"databaseNow"`
+		Lineage           *lineage   `json:"lineage,omitempty"`
+		Children          []opsJob   `json:"replays"`
+	}{opsJob: toOpsJob(d.OpsJob), PayloadDigestTag: d.PayloadDigestTag, RecordCount: d.RecordCount,
 		LeaseOwnerID: d.LeaseOwnerID, LeaseExpiresAt: d.LeaseExpiresAt, LeaseFencingToken: d.LeaseFencingToken,
 		DatabaseNow: d.DatabaseNow.UTC(), Children: []opsJob{}}
 	if d.Lineage != nil {
@@ -219,8 +220,15 @@ func (a *api) opsReplay(w http.ResponseWriter, r *http.Request, op console.Opera
 // registerConsole mounts /console/ and /api/ops/ on mux.
 func (a *api) registerConsole(mux *http.ServeMux) {
 	mux.Handle("/console/", a.consolePages())
-	mux.Handle("GET /console", http.RedirectHandler("/console/", http.StatusMovedPermanently))
-	ops := func(pattern string, h opsHandler) { mux.Handle(pattern, a.operatorRoute(h)) }
+	mux.Handle("GET /console", console.SecureHeaders(http.RedirectHandler("/console/", http.StatusMovedPermanently)))
+	// ops registers an operator route; a POST route's body must be JSON
+	// (requireJSON), as on the owner's routes.
+	ops := func(pattern string, h opsHandler) {
+		if strings.HasPrefix(pattern, http.MethodPost+" ") {
+			h = requireJSON(h)
+		}
+		mux.Handle(pattern, a.operatorRoute(h))
+	}
 	ops("GET /api/ops/overview", a.opsOverview)
 	ops("GET /api/ops/jobs", a.opsJobs)
 	ops("GET /api/ops/jobs/{id}", a.opsJob)
