@@ -30,11 +30,11 @@ func (a *api) operatorOf(r *http.Request) (console.Operator, int, error) {
 
 // consolePages serves /console/ to operators: no or bad credentials get a
 // 401 page with the authenticator's challenge (Basic prompts the browser),
-// other principals a 403 page. Every response, refusals included, carries
-// the console's security headers (console.SecureHeaders).
+// other principals a 403 page.
 func (a *api) consolePages() http.Handler {
 	pages := a.opts.Console.Handler()
-	return console.SecureHeaders(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
 		op, status, err := a.operatorOf(r)
 		if throttled := (*auth.ThrottleError)(nil); errors.As(err, &throttled) {
 			writeAuthThrottled(w, r, throttled)
@@ -50,7 +50,7 @@ func (a *api) consolePages() http.Handler {
 			return
 		}
 		pages.ServeHTTP(w, r.WithContext(console.WithOperator(r.Context(), op)))
-	}))
+	})
 }
 
 // opsHandler is an /api/ops/ handler, called for an operator.
@@ -164,15 +164,15 @@ func (a *api) opsJob(w http.ResponseWriter, r *http.Request, _ console.Operator)
 	}
 	out := struct {
 		opsJob
-		PayloadDigestTag  string     `json:"payloadDigestTag"`
-		RecordCount       *int       `json:"recordCount,omitempty"`
-		LeaseOwnerID      *string    `json:"leaseOwnerId,omitempty"`
-		LeaseExpiresAt    *time.Time `json:"leaseExpiresAt,omitempty"`
-		LeaseFencingToken *int64     `json:"leaseFencingToken,omitempty"`
-		DatabaseNow       time.Time  `json:"databaseNow"`
-		Lineage           *lineage   `json:"lineage,omitempty"`
-		Children          []opsJob   `json:"replays"`
-	}{opsJob: toOpsJob(d.OpsJob), PayloadDigestTag: d.PayloadDigestTag, RecordCount: d.RecordCount,
+		PayloadDigestPrefix string     `json:"payloadDigestPrefix"`
+		RecordCount         *int       `json:"recordCount,omitempty"`
+		LeaseOwnerID        *string    `json:"leaseOwnerId,omitempty"`
+		LeaseExpiresAt      *time.Time `json:"leaseExpiresAt,omitempty"`
+		LeaseFencingToken   *int64     `json:"leaseFencingToken,omitempty"`
+		DatabaseNow         time.Time  `json:"databaseNow"`
+		Lineage             *lineage   `json:"lineage,omitempty"`
+		Children            []opsJob   `json:"replays"`
+	}{opsJob: toOpsJob(d.OpsJob), PayloadDigestPrefix: d.RequestDigestPrefix, RecordCount: d.RecordCount,
 		LeaseOwnerID: d.LeaseOwnerID, LeaseExpiresAt: d.LeaseExpiresAt, LeaseFencingToken: d.LeaseFencingToken,
 		DatabaseNow: d.DatabaseNow.UTC(), Children: []opsJob{}}
 	if d.Lineage != nil {
@@ -220,7 +220,7 @@ func (a *api) opsReplay(w http.ResponseWriter, r *http.Request, op console.Opera
 // registerConsole mounts /console/ and /api/ops/ on mux.
 func (a *api) registerConsole(mux *http.ServeMux) {
 	mux.Handle("/console/", a.consolePages())
-	mux.Handle("GET /console", console.SecureHeaders(http.RedirectHandler("/console/", http.StatusMovedPermanently)))
+	mux.Handle("GET /console", http.RedirectHandler("/console/", http.StatusMovedPermanently))
 	// ops registers an operator route; a POST route's body must be JSON
 	// (requireJSON), as on the owner's routes.
 	ops := func(pattern string, h opsHandler) {
