@@ -284,7 +284,7 @@ func TestPruneOperatorAudit(t *testing.T) {
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	op := pgtest.SHA("audit-prune-operator")
-	var old, young []uuid.UUID
+	var young []uuid.UUID
 	for i := 0; i < 5; i++ {
 		id := uuid.New()
 		if _, err := pg.OperatorCancelJob(ctx, pool, pg.OperatorCancelParams{JobID: id, OperatorScopeHash: op,
@@ -293,7 +293,6 @@ func TestPruneOperatorAudit(t *testing.T) {
 		}
 		if i < 3 {
 			ageAudit(t, pool, id, 91*24*time.Hour)
-			old = append(old, id)
 		} else {
 			ageAudit(t, pool, id, 89*24*time.Hour)
 			young = append(young, id)
