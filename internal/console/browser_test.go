@@ -537,7 +537,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("after replay the browser is at %q", href)
 	}
 	text = get("replay job text", chromedp.Text(chromedp.CSS("main")))
-	if !strings.Contains(text, "Replay created from job "+source.String()) || !strings.Contains(text, "Generation 1: replays source") {
+	if !strings.Contains(text, "Replay created: this job replays the one named under Replay lineage.") || !strings.Contains(text, "Generation 1: replays source") {
 		t.Fatalf("replay job page:\n%s", text)
 	}
 	checkShortID("replay lineage", source.String())

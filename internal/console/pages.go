@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"embed"
 	"errors"
-	"fmt"
 	"html/template"
 	"io/fs"
 	"log/slog"
@@ -25,10 +24,6 @@ var templateFS embed.FS
 
 //go:embed assets
 var assetFS embed.FS
-
-// contentSecurityPolicy allows nothing outside the console's own origin.
-const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " +
-	"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
@@ -85,7 +80,8 @@ var funcs = template.FuncMap{
 }
 
 // Handler serves /console/ for the operator in the request context (set by
-// the caller after authentication; without one every page is 403).
+// the caller after authentication; without one every page is 403). Every
+// response carries the console's security headers (SecureHeaders).
 func (c *Console) Handler() http.Handler {
 	pages := map[string]*template.Template{}
 	for _, name := range []string{"overview", "jobs", "job", "workers", "confirm", "error"} {
@@ -106,24 +102,20 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("/console/", func(w http.ResponseWriter, r *http.Request) {
 		h.error(w, r, http.StatusNotFound, "Not found", "No such console page.")
 	})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hd := w.Header()
-		hd.Set("Content-Security-Policy", contentSecurityPolicy)
-		hd.Set("X-Content-Type-Options", "nosniff")
-		hd.Set("Referrer-Policy", "same-origin")
-		hd.Set("X-Frame-Options", "DENY")
-		hd.Set("Cache-Control", "no-store")
+	return SecureHeaders(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, ok := operatorFrom(r.Context()); !ok {
 			h.error(w, r, http.StatusForbidden, "Forbidden", "The console is for operators.")
 			return
 		}
 		mux.ServeHTTP(w, r)
-	})
+	}))
 }
 
 // RenderError writes a console error page (used by the caller for 401 and
-// 403 before the console runs).
+// 403 before the console runs) with the console's security headers. An
+// error page shows no notice.
 func (c *Console) RenderError(w http.ResponseWriter, r *http.Request, status int, title, msg string) {
+	SetSecurityHeaders(w.Header())
 	t := template.Must(template.New("error").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/error.html"))
 	(&pageHandler{c: c, pages: map[string]*template.Template{"error": t}}).error(w, r, status, title, msg)
 }
@@ -135,16 +127,21 @@ type pageHandler struct {
 
 // view is what every template gets.
 type view struct {
-	Title  string
-	Nav    string
-	Token  string
+	Title string
+	Nav   string
+	Token string
+	// Notice is the fixed text of the page's notice code (noticeText),
+	// never text from the request.
 	Notice string
 	Data   any
 }
 
 func (h *pageHandler) render(w http.ResponseWriter, r *http.Request, status int, page, title string, data any) {
 	op, _ := operatorFrom(r.Context())
-	v := view{Title: title, Nav: page, Data: data, Notice: r.URL.Query().Get("notice")}
+	v := view{Title: title, Nav: page, Data: data}
+	if page != "error" {
+		v.Notice = noticeText(r.URL.Query(), h.c.opts.BulkCancelCap)
+	}
 	if op.ScopeHash != "" {
 		v.Token = h.c.CSRFToken(op)
 	}
@@ -183,9 +180,10 @@ func (h *pageHandler) pathJobID(w http.ResponseWriter, r *http.Request) (uuid.UU
 	return id, true
 }
 
-// redirectToJob sends the browser to the job's page, showing notice.
-func redirectToJob(w http.ResponseWriter, r *http.Request, id uuid.UUID, notice string) {
-	http.Redirect(w, r, "/console/jobs/"+id.String()+"?notice="+url.QueryEscape(notice), http.StatusSeeOther)
+// redirectToJob sends the browser to the job's page, showing the notice
+// of code.
+func redirectToJob(w http.ResponseWriter, r *http.Request, id uuid.UUID, code string) {
+	redirectWithNotice(w, r, "/console/jobs/"+id.String(), code)
 }
 
 func (h *pageHandler) overview(w http.ResponseWriter, r *http.Request) {
@@ -360,9 +358,9 @@ func (h *pageHandler) cancel(w http.ResponseWriter, r *http.Request) {
 		h.dbError(w, r, err)
 		return
 	}
-	notice := "Cancelled (was " + res.PreviousStatus + ")."
+	notice := noticeCancelled
 	if !res.Cancelled {
-		notice = "Not cancelled: the job is " + res.Status + "."
+		notice = noticeNotCancelled
 	}
 	redirectToJob(w, r, id, notice)
 }
@@ -407,9 +405,9 @@ func (h *pageHandler) replay(w http.ResponseWriter, r *http.Request) {
 		h.error(w, r, status, http.StatusText(status), msg)
 		return
 	}
-	notice := "Replay created from job " + id.String() + "."
+	notice := noticeReplayed
 	if res.Replayed {
-		notice = "This form already replayed job " + id.String() + "; this is that replay."
+		notice = noticeReplayRepeated
 	}
 	redirectToJob(w, r, res.Job.JobID, notice)
 }
@@ -490,5 +488,7 @@ func (h *pageHandler) bulkCancel(w http.ResponseWriter, r *http.Request) {
 		h.dbError(w, r, err)
 		return
 	}
-	http.Redirect(w, r, "/console/jobs?"+f.Query(false).Encode()+"&notice="+url.QueryEscape(fmt.Sprintf("Cancelled %d jobs.", n)), http.StatusSeeOther)
+	q = f.Query(false)
+	q.Set(noticeBulkCountParam, strconv.Itoa(n))
+	redirectWithNotice(w, r, "/console/jobs?"+q.Encode(), noticeBulkCancelled)
 }
