@@ -30,11 +30,11 @@ func (a *api) operatorOf(r *http.Request) (console.Operator, int, error) {
 
 // consolePages serves /console/ to operators: no or bad credentials get a
 // 401 page with the authenticator's challenge (Basic prompts the browser),
-// other principals a 403 page.
+// other principals a 403 page. Every response, refusals included, carries
+// the console's security headers (console.SecureHeaders).
 func (a *api) consolePages() http.Handler {
 	pages := a.opts.Console.Handler()
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Cache-Control", "no-store")
+	return console.SecureHeaders(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		op, status, err := a.operatorOf(r)
 		if throttled := (*auth.ThrottleError)(nil); errors.As(err, &throttled) {
 			writeAuthThrottled(w, r, throttled)
@@ -50,7 +50,7 @@ func (a *api) consolePages() http.Handler {
 			return
 		}
 		pages.ServeHTTP(w, r.WithContext(console.WithOperator(r.Context(), op)))
-	})
+	}))
 }
 
 // opsHandler is an /api/ops/ handler, called for an operator.
@@ -220,7 +220,7 @@ func (a *api) opsReplay(w http.ResponseWriter, r *http.Request, op console.Opera
 // registerConsole mounts /console/ and /api/ops/ on mux.
 func (a *api) registerConsole(mux *http.ServeMux) {
 	mux.Handle("/console/", a.consolePages())
-	mux.Handle("GET /console", http.RedirectHandler("/console/", http.StatusMovedPermanently))
+	mux.Handle("GET /console", console.SecureHeaders(http.RedirectHandler("/console/", http.StatusMovedPermanently)))
 	// ops registers an operator route; a POST route's body must be JSON
 	// (requireJSON), as on the owner's routes.
 	ops := func(pattern string, h opsHandler) {
