@@ -19,7 +19,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/pg"
 )
@@ -40,7 +39,8 @@ const (
 type Options struct {
 	// DB runs the console's reads and cancellations. Required.
 	DB DB
-	// HashKey is MIGHTYETL_PRINCIPAL_HASH_KEY; it keys the CSRF tokens.
+	// HashKey is MIGHTYETL_PRINCIPAL_HASH_KEY; it keys the CSRF tokens and,
+	// through PayloadDigestKey, the payload digest tags.
 	HashKey []byte
 	// BulkCancelCap bounds one bulk cancellation; zero means
 	// DefaultBulkCancelCap.
@@ -64,8 +64,10 @@ type Options struct {
 
 // Console serves the operator pages. Safe for concurrent use.
 type Console struct {
-	opts       Options
-	sampler    *Sampler
+	opts    Options
+	sampler *Sampler
+	// digestKey keys the payload digest tags (PayloadDigestKey).
+	digestKey  []byte
 	relayState atomic.Pointer[func() string]
 }
 
@@ -100,7 +102,8 @@ func New(opts Options) (*Console, error) {
 		return nil, errors.New("console: no database")
 	}
 	opts = opts.WithDefaults()
-	c := &Console{opts: opts, sampler: newSampler(opts.DB, opts.SampleEvery, opts.Logger)}
+	c := &Console{opts: opts, sampler: newSampler(opts.DB, opts.SampleEvery, opts.Logger),
+		digestKey: PayloadDigestKey(opts.HashKey)}
 	c.SetRelayState(opts.RelayState)
 	return c, nil
 }
@@ -111,9 +114,4 @@ func (c *Console) BulkCancelCap() int { return c.opts.BulkCancelCap }
 // Jobs lists jobs for a filter.
 func (c *Console) Jobs(ctx context.Context, f Filter) (pg.OpsPage, error) {
 	return pg.OpsListJobs(ctx, c.opts.DB, f.params())
-}
-
-// Detail reads one job; pg.ErrNotFound when absent.
-func (c *Console) Detail(ctx context.Context, id uuid.UUID) (pg.OpsDetail, error) {
-	return pg.OpsJobDetail(ctx, c.opts.DB, id)
 }

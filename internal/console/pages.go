@@ -257,14 +257,14 @@ func (h *pageHandler) job(w http.ResponseWriter, r *http.Request) {
 		h.dbError(w, r, err)
 		return
 	}
-	h.render(w, r, http.StatusOK, "job", "Job "+id.String(), jobView{OpsDetail: d, ReplayEnabled: h.c.ReplayEnabled(),
+	h.render(w, r, http.StatusOK, "job", "Job "+id.String(), jobView{JobDetail: d, ReplayEnabled: h.c.ReplayEnabled(),
 		ReplayKey: ReplayKey(), MaxPayloadBytes: h.c.opts.MaxPayloadBytes})
 }
 
 // jobView is the detail page: the job and, for a FAILED or CANCELLED job,
 // the replay form's key (drawn per rendering; see ReplayKey).
 type jobView struct {
-	pg.OpsDetail
+	JobDetail
 	ReplayEnabled   bool
 	ReplayKey       string
 	MaxPayloadBytes int64

@@ -10,7 +10,7 @@ import (
 // the replay form, by state and kind.
 func TestJobViewTexts(t *testing.T) {
 	view := func(kind, status string) jobView {
-		return jobView{OpsDetail: pg.OpsDetail{OpsJob: pg.OpsJob{Kind: kind, Status: status}}}
+		return jobView{JobDetail: JobDetail{OpsDetail: pg.OpsDetail{OpsJob: pg.OpsJob{Kind: kind, Status: status}}}}
 	}
 	for _, tc := range []struct{ kind, status, records string }{
 		{pg.KindDiagnostic, pg.StatusRunning, "none: a diagnostic job submitted without records"},

@@ -164,15 +164,15 @@ func (a *api) opsJob(w http.ResponseWriter, r *http.Request, _ console.Operator)
 	}
 	out := struct {
 		opsJob
-		PayloadDigestPrefix string     `json:"payloadDigestPrefix"`
-		RecordCount         *int       `json:"recordCount,omitempty"`
-		LeaseOwnerID        *string    `json:"leaseOwnerId,omitempty"`
-		LeaseExpiresAt      *time.Time `json:"leaseExpiresAt,omitempty"`
-		LeaseFencingToken   *int64     `json:"leaseFencingToken,omitempty"`
-		DatabaseNow         time.Time  `json:"databaseNow"`
-		Lineage             *lineage   `json:"lineage,omitempty"`
-		Children            []opsJob   `json:"replays"`
-	}{opsJob: toOpsJob(d.OpsJob), PayloadDigestPrefix: d.RequestDigestPrefix, RecordCount: d.RecordCount,
+		PayloadDigestTag  string     `json:"payloadDigestTag"`
+		RecordCount       *int       `json:"recordCount,omitempty"`
+		LeaseOwnerID      *string    `json:"leaseOwnerId,omitempty"`
+		LeaseExpiresAt    *time.Time `json:"leaseExpiresAt,omitempty"`
+		LeaseFencingToken *int64     `json:"leaseFencingToken,omitempty"`
+		DatabaseNow       time.Time  `json:"databaseNow"`
+		Lineage           *lineage   `json:"lineage,omitempty"`
+		Children          []opsJob   `json:"replays"`
+	}{opsJob: toOpsJob(d.OpsJob), PayloadDigestTag: d.PayloadDigestTag, RecordCount: d.RecordCount,
 		LeaseOwnerID: d.LeaseOwnerID, LeaseExpiresAt: d.LeaseExpiresAt, LeaseFencingToken: d.LeaseFencingToken,
 		DatabaseNow: d.DatabaseNow.UTC(), Children: []opsJob{}}
 	if d.Lineage != nil {

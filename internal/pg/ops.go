@@ -305,8 +305,11 @@ func opsListActive(ctx context.Context, db DBTX, p OpsListParams, from, to time.
 // OpsDetail is one job as the console's detail page shows it.
 type OpsDetail struct {
 	OpsJob
-	RequestDigestPrefix string
-	Lineage             *Lineage
+	// RequestDigest is the stored SHA-256 of the request body (32 bytes).
+	// It is never shown as is: a low-entropy payload could be confirmed
+	// from it offline; the console shows only a keyed tag of it.
+	RequestDigest []byte
+	Lineage       *Lineage
 	// Lease columns, set while RUNNING.
 	LeaseOwnerID      *string
 	LeaseExpiresAt    *time.Time
@@ -321,7 +324,7 @@ type OpsDetail struct {
 }
 
 const opsDetailSQL = `
-SELECT left(encode(j.request_digest, 'hex'), 12), j.replay_source_job_record_id, j.replay_root_job_record_id,
+SELECT j.request_digest, j.replay_source_job_record_id, j.replay_root_job_record_id,
        j.replay_generation_count, p.lease_owner_id, p.lease_expires_at, p.lease_fencing_token,
        p.record_count, p.database_now, ` + opsJobColumns + `
 FROM etl_job_records j, etl_ops_job_private(j.job_record_id) p
@@ -338,7 +341,7 @@ func OpsJobDetail(ctx context.Context, db DBTX, id uuid.UUID) (OpsDetail, error)
 	var source, root *uuid.UUID
 	var generation *int32
 	var count *int32
-	j, err := scanOpsJob(db.QueryRow(ctx, opsDetailSQL, id), &d.RequestDigestPrefix, &source, &root, &generation,
+	j, err := scanOpsJob(db.QueryRow(ctx, opsDetailSQL, id), &d.RequestDigest, &source, &root, &generation,
 		&d.LeaseOwnerID, &d.LeaseExpiresAt, &d.LeaseFencingToken, &count, &d.DatabaseNow)
 	if IsNoRows(err) {
 		return OpsDetail{}, ErrNotFound
