@@ -3,10 +3,12 @@ package console
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"net/url"
 	"strconv"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/mightyetl/mightyetl/internal/pg"
 )
 
@@ -68,4 +70,61 @@ func auditFilter(f Filter, confirmed int) json.RawMessage {
 	}
 	b, _ := json.Marshal(m) // a map of strings and an int always marshals
 	return b
+}
+
+// auditRow is one audit record as the Audit page shows it.
+type auditRow struct {
+	pg.AuditRecord
+	// Job and Replay are JobID and ReplayJobID when set (Has*).
+	Job, Replay       uuid.UUID
+	HasJob, HasReplay bool
+	// Count is JobCount when HasCount.
+	Count    int
+	HasCount bool
+}
+
+// auditView is the Audit page's data.
+type auditView struct {
+	Rows []auditRow
+	// Older is true on a page after the first.
+	Older bool
+	// NextURL is the next (older) page; empty at the end.
+	NextURL string
+}
+
+// audit serves GET /console/audit: the operator audit, newest first, a
+// keyset page at a time (?before=<record id>&limit=20|50|100).
+func (h *pageHandler) audit(w http.ResponseWriter, r *http.Request) {
+	q, err := ParseAuditQuery(r.URL.Query())
+	if err != nil {
+		h.error(w, r, http.StatusBadRequest, "Bad request", "The audit page position or size is unknown.")
+		return
+	}
+	page, err := h.c.Audit(r.Context(), q)
+	if err != nil {
+		h.dbError(w, r, err)
+		return
+	}
+	v := auditView{Older: q.Before != 0}
+	for _, rec := range page.Records {
+		row := auditRow{AuditRecord: rec}
+		if rec.JobID != nil {
+			row.Job, row.HasJob = *rec.JobID, true
+		}
+		if rec.ReplayJobID != nil {
+			row.Replay, row.HasReplay = *rec.ReplayJobID, true
+		}
+		if rec.JobCount != nil {
+			row.Count, row.HasCount = *rec.JobCount, true
+		}
+		v.Rows = append(v.Rows, row)
+	}
+	if page.Next != 0 {
+		next := url.Values{"before": {strconv.FormatInt(page.Next, 10)}}
+		if q.Limit != 50 {
+			next.Set("limit", strconv.Itoa(q.Limit))
+		}
+		v.NextURL = "/console/audit?" + next.Encode()
+	}
+	h.render(w, r, http.StatusOK, "audit", "Audit", v)
 }

@@ -84,7 +84,7 @@ var funcs = template.FuncMap{
 // response carries the console's security headers (SecureHeaders).
 func (c *Console) Handler() http.Handler {
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "jobs", "job", "workers", "confirm", "error"} {
+	for _, name := range []string{"overview", "jobs", "job", "workers", "audit", "confirm", "error"} {
 		pages[name] = template.Must(template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html"))
 	}
 	assets, _ := fs.Sub(assetFS, "assets")
@@ -98,6 +98,7 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("GET /console/bulk-cancel", h.bulkConfirm)
 	mux.HandleFunc("POST /console/bulk-cancel", h.bulkCancel)
 	mux.HandleFunc("GET /console/workers", h.workers)
+	mux.HandleFunc("GET /console/audit", h.audit)
 	mux.Handle("GET /console/assets/", http.StripPrefix("/console/assets/", http.FileServerFS(assets)))
 	mux.HandleFunc("/console/", func(w http.ResponseWriter, r *http.Request) {
 		h.error(w, r, http.StatusNotFound, "Not found", "No such console page.")
