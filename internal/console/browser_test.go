@@ -553,6 +553,18 @@ func TestConsoleInBrowser(t *testing.T) {
 	step("source lists the replay", chromedp.Navigate(s.base+"/console/jobs/"+source.String()),
 		chromedp.WaitVisible(chromedp.CSS(`a[href="/console/jobs/`+child+`"]`)))
 
+	// The Audit page, reached from the navigation, lists the actions above
+	// newest first: the replay (linking the job it made), then the bulk
+	// cancel with its count, then the single cancel.
+	step("audit", chromedp.Click(chromedp.CSS(`nav a[href="/console/audit"]`)), chromedp.WaitVisible(chromedp.ID("audit-table")),
+		chromedp.WaitVisible(chromedp.CSS(`#audit-table a[href="/console/jobs/`+child+`"]`)))
+	text = get("audit text", chromedp.Text(chromedp.ID("audit-table")))
+	replayAt, bulkAt := strings.Index(text, "replay"), strings.Index(text, "bulk_cancel")
+	if replayAt < 0 || bulkAt < replayAt || !strings.Contains(text[bulkAt:], "\t3\tok") ||
+		!strings.Contains(text[bulkAt+len("bulk_cancel"):], "\tcancel\t") {
+		t.Fatalf("audit page:\n%s", text)
+	}
+
 	// A cross-origin POST is refused even with the operator's credentials.
 	req, _ := http.NewRequest("POST", s.base+"/console/jobs/"+pending[3]+"/cancel", strings.NewReader("csrf=x"))
 	req.Header.Set("Authorization", s.basic("operator"))
