@@ -98,8 +98,9 @@ type Published struct {
 // job request with idempotency key key (generated when empty) and returns
 // when JetStream has stored it. The intake turns it into a job later; the
 // same key and bytes converge on one job. Use PublishAndWait for the answer.
-// A request larger than the payload limit is CodePayloadTooLarge and is not
-// published.
+// A request larger than the payload limit is CodePayloadTooLarge, and a key
+// the intake would refuse is CodeInvalidIdempotencyKey (see keyProblem);
+// neither is published.
 func (p *Producer) Publish(ctx context.Context, records []byte, key string) (*Published, error) {
 	return p.publish(ctx, records, key, "")
 }
@@ -107,6 +108,9 @@ func (p *Producer) Publish(ctx context.Context, records []byte, key string) (*Pu
 func (p *Producer) publish(ctx context.Context, records []byte, key, replyTo string) (*Published, error) {
 	if key == "" {
 		key = NewKey()
+	}
+	if e := keyProblem(key); e != nil {
+		return nil, e
 	}
 	limit := p.o.MaxPayloadBytes
 	if mp := int(p.nc.MaxPayload()); mp > 0 && mp-1024 < limit {
@@ -163,6 +167,36 @@ func (p *Producer) PublishAndWait(ctx context.Context, records []byte, key strin
 	}
 	s.Key = key
 	return &s, nil
+}
+
+// Idempotency-key rules of the intake (internal/intake.ValidKey).
+const (
+	minKeyLength = 16
+	maxKeyLength = 128
+)
+
+// keyProblem is why the intake would refuse key, or nil when it would not:
+// a key, bare or as an RFC 9651 sf-string in double quotes, is 16 to 128
+// characters of A-Z a-z 0-9 . _ : - (a CR or LF would also break the
+// message's header block). The *Error (CodeInvalidIdempotencyKey) names
+// the rule that failed, never the key: a caller's key may be a secret.
+func keyProblem(key string) *Error {
+	if len(key) >= 2 && key[0] == '"' && key[len(key)-1] == '"' {
+		key = key[1 : len(key)-1]
+	}
+	if len(key) < minKeyLength || len(key) > maxKeyLength {
+		return &Error{Code: CodeInvalidIdempotencyKey,
+			Detail: fmt.Sprintf("the key is %d bytes long; a key has %d to %d characters", len(key), minKeyLength, maxKeyLength)}
+	}
+	for i := 0; i < len(key); i++ {
+		switch c := key[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == ':', c == '-':
+		default:
+			return &Error{Code: CodeInvalidIdempotencyKey,
+				Detail: fmt.Sprintf("byte %d of the key is not one of A-Z a-z 0-9 . _ : -", i+1)}
+		}
+	}
+	return nil
 }
 
 func problemOfNATS(code string, body []byte) *Error {

@@ -9,12 +9,47 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mightyetl/mightyetl/client"
 	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/events"
 	"github.com/mightyetl/mightyetl/internal/testwait"
 )
+
+// publishRaw publishes body on subject through JetStream as principal's
+// connection would, with key in the idempotency-key header and a reply
+// inbox, bypassing the Producer's own checks, and returns the error code of
+// the intake's answer ("" for a job).
+func (s *stack) publishRaw(ctx context.Context, principal, subject, key, body string) string {
+	s.t.Helper()
+	nc, err := nats.Connect(s.natsURL, client.InboxOption(principal))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer nc.Close()
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	msg := nats.NewMsg(subject)
+	msg.Data = []byte(body)
+	msg.Header.Set(client.IdempotencyKeyHeader, key)
+	msg.Header.Set(client.ReplyToHeader, inbox)
+	if _, err := js.PublishMsg(ctx, msg); err != nil {
+		s.t.Fatal(err)
+	}
+	m, err := sub.NextMsgWithContext(ctx)
+	if err != nil {
+		s.t.Fatalf("no answer from the intake: %v", err)
+	}
+	return m.Header.Get(client.ErrorCodeHeader)
+}
 
 func (s *stack) producer(principal string) *client.Producer {
 	s.t.Helper()
@@ -169,6 +204,14 @@ func TestProducerPoisonRequestsAreTypedProblems(t *testing.T) {
 		{"[" + strings.Repeat(`{"id":"x"},`, 50) + `{"id":"y"}]`, "", client.CodeBatchTooLarge},
 	}
 	for _, c := range cases {
+		if c.code == client.CodeInvalidIdempotencyKey {
+			// The Producer refuses a bad key before publishing, so this
+			// request goes out by hand, as any other client could send it.
+			if code := s.publishRaw(ctx, "bob", p.Subject(), c.key, c.body); code != string(c.code) {
+				t.Fatalf("key %q by hand: answer %q, want %s", c.key, code, c.code)
+			}
+			continue
+		}
 		_, err := p.PublishAndWait(ctx, []byte(c.body), c.key)
 		var pe *client.Error
 		if !errors.As(err, &pe) || pe.Code != c.code || pe.Status != 0 {
@@ -185,8 +228,11 @@ func TestProducerPoisonRequestsAreTypedProblems(t *testing.T) {
 			t.Fatalf("rejection %d: %s, want %s", i, rejected[i], c.code)
 		}
 	}
-	_, err = p.Publish(ctx, []byte(`[{"id":"a","pad":"`+strings.Repeat("x", 70_000)+`"}]`), "")
 	var pe *client.Error
+	if _, err := p.PublishAndWait(ctx, []byte(sample), "short"); !errors.As(err, &pe) || pe.Code != client.CodeInvalidIdempotencyKey {
+		t.Fatalf("a bad key through the Producer: %v, want %s before publishing", err, client.CodeInvalidIdempotencyKey)
+	}
+	_, err = p.Publish(ctx, []byte(`[{"id":"a","pad":"`+strings.Repeat("x", 70_000)+`"}]`), "")
 	if !errors.As(err, &pe) || pe.Code != client.CodePayloadTooLarge {
 		t.Fatalf("oversized: %v", err)
 	}
