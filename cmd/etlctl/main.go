@@ -3,7 +3,7 @@
 //	etlctl migrate up|down|status   apply, roll back one, or list migrations (creates the database if missing)
 //	etlctl credentials hash NAME    read a password on stdin, print the "NAME:argon2id-hash" line
 //	etlctl relay                    run the outbox relay alone (needs NATS_URL)
-//	etlctl prune                    delete old terminal jobs and ledger rows no replay needs
+//	etlctl prune                    delete old terminal jobs, ledger rows no replay needs and old audit records
 //	etlctl dev                      run the whole system in one process (see README; etlctl dev -h)
 //	etlctl jobs <command>           submit, get, list, cancel, replay, wait for and process jobs over the HTTP API
 //	etlctl version                  print the build: version, commit, modified, Go version
@@ -25,7 +25,7 @@ const usage = `usage:
   etlctl migrate up|down|status
   etlctl credentials hash <principal>   (password on standard input)
   etlctl relay
-  etlctl prune [-terminal-jobs-older-than 720h] [-ledger-older-than 720h]
+  etlctl prune [-terminal-jobs-older-than 720h] [-ledger-older-than 720h] [-audit-older-than 2160h]
   etlctl dev [--http-addr ADDR] [--metrics-addr ADDR] [--reset-identity]
   etlctl jobs submit|get|list|cancel|replay|wait|process   (etlctl jobs --help)
   etlctl version`
