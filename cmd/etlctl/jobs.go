@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -46,7 +47,10 @@ Connection (flag, else environment variable):
   --user           MIGHTYETL_API_USER       Basic user, with the password from
   --password-file  (file)                   a file holding the password, or
                    MIGHTYETL_API_PASSWORD   the password itself
-  --token          MIGHTYETL_API_TOKEN      bearer token (JWT) instead of Basic credentials
+  --token-file     (file)                   a file holding the bearer token (JWT), or
+                   MIGHTYETL_API_TOKEN      the token itself, instead of Basic credentials
+  --password and --token take the secret itself, but a flag shows in the process
+  list (and shell history), so etlctl warns when they are given: prefer the above.
 Every command takes -o table|json (default: table on a terminal, json otherwise).
 Without --key a random idempotency key is generated and printed; repeat a request with it.
 cancel's default key is etlctl-cancel-<job id>: cancelling a job again replays the first cancel.
@@ -76,7 +80,10 @@ type jobsCmd struct {
 	errw io.Writer
 	in   io.Reader
 
-	url, user, passwordFile, password, token, output string
+	url, user, passwordFile, password, token, tokenFile, output string
+	// secretFlags are the secret-valued flags given on the command line
+	// (--password, --token), warned about once.
+	secretFlags []string
 }
 
 func runJobs(args []string) int {
@@ -110,11 +117,43 @@ func runJobsIO(args []string, in io.Reader, out, errw io.Writer, getenv func(str
 	c.fs.StringVar(&c.passwordFile, "password-file", "", "file holding the Basic password")
 	c.password = getenv("MIGHTYETL_API_PASSWORD")
 	c.fs.Func("password", "Basic password (prefer MIGHTYETL_API_PASSWORD or --password-file: a flag shows in the process list)",
-		func(s string) error { c.password = s; return nil })
+		func(s string) error { c.password = s; c.secretFlag("--password"); return nil })
 	c.token = getenv("MIGHTYETL_API_TOKEN")
-	c.fs.Func("token", "bearer token (MIGHTYETL_API_TOKEN)", func(s string) error { c.token = s; return nil })
+	c.fs.Func("token", "bearer token (prefer MIGHTYETL_API_TOKEN or --token-file: a flag shows in the process list)",
+		func(s string) error { c.token = s; c.secretFlag("--token"); return nil })
+	c.fs.StringVar(&c.tokenFile, "token-file", "", "file holding the bearer token")
 	c.fs.StringVar(&c.output, "o", "", "output: table or json (default: table on a terminal, json otherwise)")
 	return f(c, args[1:])
+}
+
+// secretFlag records that a secret-valued flag was given on the command line.
+func (c *jobsCmd) secretFlag(name string) {
+	if !slices.Contains(c.secretFlags, name) {
+		c.secretFlags = append(c.secretFlags, name)
+	}
+}
+
+// warnSecretFlags prints one line on standard error per secret-valued flag
+// given on the command line: its value shows in the process list (ps,
+// /proc/<pid>/cmdline) and the shell history. It never prints the value.
+func (c *jobsCmd) warnSecretFlags() {
+	for _, f := range c.secretFlags {
+		alt := "MIGHTYETL_API_PASSWORD or --password-file"
+		if f == "--token" {
+			alt = "MIGHTYETL_API_TOKEN or --token-file"
+		}
+		fmt.Fprintf(c.errw, "etlctl jobs %s: warning: %s shows its value in the process list; use %s\n", c.name, f, alt)
+	}
+}
+
+// readSecretFile reads a --password-file or --token-file: the file's
+// content without its trailing line breaks. Errors never hold the content.
+func readSecretFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimRight(string(b), "\r\n"), nil
 }
 
 func cmpOr(a, b string) string {
@@ -172,6 +211,23 @@ func (c *jobsCmd) client() (*client.Client, bool) {
 		c.badURL(err)
 		return nil, false
 	}
+	c.warnSecretFlags()
+	if c.tokenFile != "" {
+		if slices.Contains(c.secretFlags, "--token") {
+			fmt.Fprintf(c.errw, "etlctl jobs %s: give either --token or --token-file, not both\n", c.name)
+			return nil, false
+		}
+		tok, err := readSecretFile(c.tokenFile)
+		if err != nil {
+			fmt.Fprintf(c.errw, "etlctl jobs %s: --token-file: cannot read it\n", c.name)
+			return nil, false
+		}
+		if tok == "" {
+			fmt.Fprintf(c.errw, "etlctl jobs %s: --token-file: the file is empty\n", c.name)
+			return nil, false
+		}
+		c.token = tok
+	}
 	var opts []client.Option
 	switch {
 	case c.token != "" && (c.user != "" || c.passwordFile != ""):
@@ -182,12 +238,11 @@ func (c *jobsCmd) client() (*client.Client, bool) {
 	case c.user != "":
 		pw := c.password
 		if c.passwordFile != "" {
-			b, err := os.ReadFile(c.passwordFile)
-			if err != nil {
+			var err error
+			if pw, err = readSecretFile(c.passwordFile); err != nil {
 				fmt.Fprintf(c.errw, "etlctl jobs %s: --password-file: cannot read it\n", c.name)
 				return nil, false
 			}
-			pw = strings.TrimRight(string(b), "\r\n")
 		}
 		if pw == "" {
 			fmt.Fprintf(c.errw, "etlctl jobs %s: MIGHTYETL_API_USER is set but no password (MIGHTYETL_API_PASSWORD or --password-file)\n", c.name)
@@ -195,7 +250,7 @@ func (c *jobsCmd) client() (*client.Client, bool) {
 		}
 		opts = append(opts, client.WithBasicAuth(c.user, pw))
 	default:
-		fmt.Fprintf(c.errw, "etlctl jobs %s: no credentials: set MIGHTYETL_API_USER and MIGHTYETL_API_PASSWORD (or --password-file), or MIGHTYETL_API_TOKEN\n", c.name)
+		fmt.Fprintf(c.errw, "etlctl jobs %s: no credentials: set MIGHTYETL_API_USER and MIGHTYETL_API_PASSWORD (or --password-file), or MIGHTYETL_API_TOKEN (or --token-file)\n", c.name)
 		return nil, false
 	}
 	opts = append(opts, client.WithUserAgent("etlctl"))
@@ -212,7 +267,7 @@ func (c *jobsCmd) badURL(err error) {
 	if errors.Is(err, client.ErrURLCredentials) {
 		// The client's text names its Go options; name this tool's settings.
 		fmt.Fprintf(c.errw, "etlctl jobs %s: --url / MIGHTYETL_API_URL must not hold credentials: "+
-			"give them as MIGHTYETL_API_USER with MIGHTYETL_API_PASSWORD (or --password-file), or as MIGHTYETL_API_TOKEN\n", c.name)
+			"give them as MIGHTYETL_API_USER with MIGHTYETL_API_PASSWORD (or --password-file), or as MIGHTYETL_API_TOKEN (or --token-file)\n", c.name)
 		return
 	}
 	fmt.Fprintf(c.errw, "etlctl jobs %s: --url / MIGHTYETL_API_URL: %s\n", c.name, strings.TrimPrefix(err.Error(), "mightyetl: "))
