@@ -118,6 +118,7 @@ var (
 	errNoCredentials        = unauthenticated("no credentials")
 	errMalformedCredentials = unauthenticated("malformed credentials")
 	errBadCredentials       = unauthenticated("invalid credentials")
+	errRequestEnded         = unauthenticated("request ended before verification")
 )
 
 // checkPrincipal returns ErrPrincipalUnusable unless p is non-blank after

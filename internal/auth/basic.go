@@ -8,7 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"runtime"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,6 +51,9 @@ type BasicOptions struct {
 	// FailureRefill is the time in which an address earns back one failed
 	// login. Zero means DefaultFailureRefill (6s).
 	FailureRefill time.Duration
+	// HashSlots is how many verifications run at once. Zero means
+	// max(2, GOMAXPROCS).
+	HashSlots int
 	// MaxHashWait is the longest a request waits for a verification slot
 	// before it gets ErrOverloaded. Zero means DefaultMaxHashWait (2s).
 	MaxHashWait time.Duration
@@ -58,6 +61,38 @@ type BasicOptions struct {
 	// one more gets ErrOverloaded at once. Zero means
 	// DefaultHashWaitersPerSlot (8) times the number of slots.
 	MaxHashWaiters int
+	// MaxHashWaitersPerAddress bounds the requests of one client address
+	// waiting for a verification slot; one more gets ErrRateLimited at
+	// once. Zero means DefaultHashWaitersPerAddress (8). Requests waiting
+	// on a verification of the same credential already in progress do not
+	// wait for a slot and are not counted.
+	MaxHashWaitersPerAddress int
+	// TrustedProxies are the peers whose ForwardedHeader names the client
+	// address that login limits and fair scheduling key by (see
+	// clientAddr). Empty means none: the TCP peer is the client, and
+	// forwarding headers are ignored.
+	TrustedProxies []netip.Prefix
+	// ForwardedHeader is the header the trusted proxies write:
+	// HeaderXForwardedFor (also when empty) or HeaderForwarded. Only that
+	// one is read: a proxy passes the other through from the client
+	// unchanged.
+	ForwardedHeader string
+}
+
+// WithDefaults returns o with every zero field set to its documented
+// default (HashSlots and MaxHashWaiters resolved for this process);
+// negative values, which disable the cache or the failure limit, are kept.
+func (o BasicOptions) WithDefaults() BasicOptions {
+	o.CacheTTL = cmp.Or(o.CacheTTL, DefaultCacheTTL)
+	o.CacheSize = cmp.Or(o.CacheSize, DefaultCacheSize)
+	o.FailureBurst = cmp.Or(o.FailureBurst, DefaultFailureBurst)
+	o.FailureRefill = cmp.Or(o.FailureRefill, DefaultFailureRefill)
+	o.HashSlots = cmp.Or(o.HashSlots, defaultHashSlots())
+	o.MaxHashWait = cmp.Or(o.MaxHashWait, DefaultMaxHashWait)
+	o.MaxHashWaiters = cmp.Or(o.MaxHashWaiters, DefaultHashWaitersPerSlot*o.HashSlots)
+	o.MaxHashWaitersPerAddress = cmp.Or(o.MaxHashWaitersPerAddress, DefaultHashWaitersPerAddress)
+	o.ForwardedHeader = cmp.Or(o.ForwardedHeader, HeaderXForwardedFor)
+	return o
 }
 
 // Basic is the [ModeBasic] Authenticator. It verifies "Authorization: Basic"
@@ -67,12 +102,20 @@ type BasicOptions struct {
 // failures never are.
 //
 // Verification is slow and memory-hungry on purpose, so it is rationed:
-// max(2, GOMAXPROCS) verifications run at once; the requests that wait are
-// bounded in number and time and served round-robin across client addresses
-// (see clientAddr), so a flood from one address cannot take every slot; and
+// HashSlots verifications run at once; the requests that wait are bounded
+// in number and time and served round-robin across client addresses (see
+// clientAddr), so a flood from one address cannot take every slot; and
 // each address may fail only FailureBurst logins at once, then one per
 // FailureRefill. A request refused for load gets a [*ThrottleError] at once,
 // without a verification. A cache hit needs none of this.
+//
+// Concurrent requests presenting the same credential (principal and
+// password) share one verification: the first leads it through the
+// rationing above, the others wait for its verdict without a slot, a place
+// in the address's queue or a charge to its failure budget (they cost no
+// hash and try no new password). So a client that opens many connections
+// at once with valid credentials after a restart (a cold cache) pays one
+// verification, not one per connection.
 //
 // The file is re-read at most once per second, on use: when its content
 // (SHA-256 of its bytes) changed it is reloaded and the cache dropped. A
@@ -89,6 +132,8 @@ type Basic struct {
 	cache   *verifiedCache
 	limiter *failureLimiter // nil when disabled
 	gate    *hashGate
+	flights *verifyFlights
+	proxies *proxyTrust // nil: no trusted proxy
 
 	creds     atomic.Pointer[credentialSet]
 	nextCheck atomic.Int64 // unix nanoseconds; before it, the file is not read
@@ -104,7 +149,10 @@ type Basic struct {
 
 // NewBasic loads opts.CredentialsFile and returns a Basic. A missing or
 // unreadable file is an error; a malformed one is an error that names the
-// line number and the rule broken but never the line's content.
+// line number and the rule broken but never the line's content. A negative
+// HashSlots, MaxHashWait, MaxHashWaiters or MaxHashWaitersPerAddress, a
+// non-positive FailureRefill with the failure limit on, and an unknown
+// ForwardedHeader are errors.
 func NewBasic(opts BasicOptions) (*Basic, error) {
 	return newBasic(opts, time.Now)
 }
@@ -114,28 +162,36 @@ func newBasic(opts BasicOptions, now func() time.Time) (*Basic, error) {
 	if opts.CredentialsFile == "" {
 		return nil, errors.New("new basic authenticator: credentials file not set")
 	}
+	opts = opts.WithDefaults()
+	switch {
+	case opts.HashSlots < 0, opts.MaxHashWait < 0, opts.MaxHashWaiters < 0, opts.MaxHashWaitersPerAddress < 0:
+		return nil, errors.New("new basic authenticator: negative hash slots, wait or waiters")
+	case opts.FailureBurst > 0 && opts.FailureRefill <= 0:
+		return nil, errors.New("new basic authenticator: failure refill must be positive")
+	}
+	proxies, err := newProxyTrust(opts.TrustedProxies, opts.ForwardedHeader)
+	if err != nil {
+		return nil, fmt.Errorf("new basic authenticator: %w", err)
+	}
 	set, err := loadCredentials(opts.CredentialsFile)
 	if err != nil {
 		return nil, fmt.Errorf("new basic authenticator: %w", err)
 	}
-	slots := max(2, runtime.GOMAXPROCS(0))
 	b := &Basic{
-		path: opts.CredentialsFile,
-		now:  now,
-		gate: newHashGate(slots,
-			cmp.Or(opts.MaxHashWaiters, DefaultHashWaitersPerSlot*slots),
-			cmp.Or(opts.MaxHashWait, DefaultMaxHashWait)),
+		path:    opts.CredentialsFile,
+		now:     now,
+		gate:    newHashGate(opts.HashSlots, opts.MaxHashWaiters, opts.MaxHashWaitersPerAddress, opts.MaxHashWait),
+		flights: newVerifyFlights(),
+		proxies: proxies,
 	}
-	macKey := make([]byte, 32) // random per process; keys the cache
+	macKey := make([]byte, 32) // random per process; keys the cache and the flights
 	rand.Read(macKey)
 	b.macs = newKeyedMACs(macKey)
-	ttl := cmp.Or(opts.CacheTTL, DefaultCacheTTL)
-	size := cmp.Or(opts.CacheSize, DefaultCacheSize)
-	if ttl > 0 && size > 0 {
-		b.cache = newVerifiedCache(ttl, size)
+	if opts.CacheTTL > 0 && opts.CacheSize > 0 {
+		b.cache = newVerifiedCache(opts.CacheTTL, opts.CacheSize)
 	}
-	if burst := cmp.Or(opts.FailureBurst, DefaultFailureBurst); burst > 0 {
-		b.limiter = newFailureLimiter(burst, cmp.Or(opts.FailureRefill, DefaultFailureRefill))
+	if opts.FailureBurst > 0 {
+		b.limiter = newFailureLimiter(opts.FailureBurst, opts.FailureRefill)
 	}
 	b.install(set)
 	b.nextCheck.Store(b.now().Add(credentialsCheckInterval).UnixNano())
@@ -145,12 +201,22 @@ func newBasic(opts BasicOptions, now func() time.Time) (*Basic, error) {
 // Challenge returns `Basic realm="mightyetl", charset="UTF-8"`.
 func (b *Basic) Challenge() string { return basicChallenge }
 
+// maxFlightRounds is how many times a request waits on another request's
+// verification of the same credential that ended without a verdict (its
+// leader was refused for load or gave up) before it leads one of its own
+// without waiting again.
+const maxFlightRounds = 3
+
 // Authenticate returns the principal named by valid Basic credentials. It
 // fails with ErrUnauthenticated (wrapped with a fixed reason) when the
 // header is missing or malformed, the principal is unknown, the password is
 // wrong, or the request's context ends while waiting to hash; and with a
 // *ThrottleError (ErrRateLimited or ErrOverloaded) when the request is
 // refused for load before its credentials are checked.
+//
+// A request whose credential is being verified for another request waits
+// for that verdict instead of verifying it again (see [Basic]); only the
+// request that verified is charged a failed login for a wrong password.
 func (b *Basic) Authenticate(r *http.Request) (string, error) {
 	hdr, err := singleAuthorization(r)
 	if err != nil {
@@ -169,23 +235,56 @@ func (b *Basic) Authenticate(r *http.Request) (string, error) {
 	// The key covers only the password bytes the hash checks, so the
 	// passwords bcrypt cannot tell apart share one entry.
 	key := b.cacheKey(user, h.significant([]byte(pass)))
+	addr := clientAddr(r, b.proxies)
+	fk := flightKey{cred: key, gen: set.gen}
+	for round := 0; ; round++ {
+		if b.cache != nil {
+			if p, hit := b.cache.get(key, set.gen, now); hit {
+				return p, nil
+			}
+		}
+		suspect := false
+		if b.limiter != nil {
+			if suspect, err = b.limiter.allow(addr, now); err != nil {
+				return "", err
+			}
+		}
+		fl, leader := b.flights.join(fk, round < maxFlightRounds)
+		if !leader {
+			if !b.flights.wait(fl, r.Context().Done()) {
+				return "", errRequestEnded
+			}
+			if !fl.decided {
+				now = b.now()
+				continue // its leader was refused or gave up: try again
+			}
+			return b.verdict(user, fl.ok)
+		}
+		return b.lead(r, fk, fl, addr, suspect, user, known, h, []byte(pass), now)
+	}
+}
+
+// lead verifies the credential of r as the leader of fl and publishes the
+// verdict to the requests waiting on fl. The success is cached before it is
+// published, so a request that finds no flight finds the cache entry.
+func (b *Basic) lead(r *http.Request, fk flightKey, fl *verifyFlight, addr string, suspect bool,
+	user string, known bool, h passwordHash, pass []byte, now time.Time) (principal string, err error) {
+	decided, ok := false, false
+	defer func() { b.flights.finish(fk, fl, decided, ok) }()
 	if b.cache != nil {
-		if p, hit := b.cache.get(key, set.gen, now); hit {
+		// A flight that finished between the caller's cache look-up and
+		// join left its success here.
+		if p, hit := b.cache.get(fk.cred, fk.gen, now); hit {
+			decided, ok = true, true
 			return p, nil
 		}
 	}
-	addr := clientAddr(r)
-	suspect := false
-	if b.limiter != nil {
-		if suspect, err = b.limiter.allow(addr, now); err != nil {
-			return "", err
-		}
-	}
-	match, err := b.verify(r, addr, suspect, h, []byte(pass))
+	match, err := b.verify(r, addr, suspect, h, pass)
 	if err != nil {
 		return "", err
 	}
-	if !known || !match {
+	decided, ok = true, known && match
+	if !ok {
 		if b.limiter != nil {
 			b.limiter.fail(addr, b.now())
 		}
@@ -195,7 +294,19 @@ func (b *Basic) Authenticate(r *http.Request) (string, error) {
 		return "", err
 	}
 	if b.cache != nil {
-		b.cache.put(key, user, set.gen, now)
+		b.cache.put(fk.cred, user, fk.gen, now)
+	}
+	return user, nil
+}
+
+// verdict is the answer to a request that waited on another's verification
+// of its credential: ok means a known principal and a matching password.
+func (b *Basic) verdict(user string, ok bool) (string, error) {
+	if !ok {
+		return "", errBadCredentials
+	}
+	if err := checkPrincipal(user); err != nil {
+		return "", err
 	}
 	return user, nil
 }
@@ -215,8 +326,8 @@ func (b *Basic) verify(r *http.Request, addr string, suspect bool, h passwordHas
 }
 
 // cacheKey is HMAC-SHA256 of "user:pass" under the per-process key, so the
-// cache never holds a password or anything that can be checked offline
-// against a guess without the key.
+// cache and the verifications in progress never hold a password or anything
+// that can be checked offline against a guess without the key.
 func (b *Basic) cacheKey(user string, pass []byte) [32]byte {
 	return b.macs.sum([]byte(user), []byte{':'}, pass)
 }

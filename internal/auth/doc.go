@@ -30,9 +30,12 @@
 // per principal, expiring a while after its last use) keyed by an HMAC of
 // the presented credentials under a random per-process key; failures are
 // never cached and the cache is dropped when the credentials file's content
-// changes. Verifications are rationed: a fixed number run at once, waiting
-// is bounded and fair across client addresses, and each address may fail
-// only so many logins. A request refused for load gets a [*ThrottleError]
-// ([ErrRateLimited]: HTTP 429, [ErrOverloaded]: HTTP 503, both with
-// Retry-After) before its credentials are looked at.
+// changes. Concurrent requests presenting the same credential share one
+// verification. Verifications are rationed: a fixed number run at once,
+// waiting is bounded and fair across client addresses, and each address may
+// fail only so many logins. The client address is the TCP peer, or behind
+// trusted proxies ([BasicOptions].TrustedProxies) the right-most untrusted
+// address of their forwarding header. A request refused for load gets a
+// [*ThrottleError] ([ErrRateLimited]: HTTP 429, [ErrOverloaded]: HTTP 503,
+// both with Retry-After) before its credentials are looked at.
 package auth

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -12,11 +13,15 @@ const (
 	// DefaultHashWaitersPerSlot times the number of hashing slots is the
 	// default bound on requests waiting for a slot.
 	DefaultHashWaitersPerSlot = 8
+	// DefaultHashWaitersPerAddress is the default bound on the requests of
+	// one client address waiting for a hashing slot; more from the same
+	// address get ErrRateLimited.
+	DefaultHashWaitersPerAddress = 8
 )
 
-// maxWaitersPerAddress bounds the requests of one client address waiting
-// for a hashing slot; more from the same address get ErrRateLimited.
-const maxWaitersPerAddress = 8
+// defaultHashSlots is the number of hashing slots when
+// BasicOptions.HashSlots is zero: max(2, GOMAXPROCS).
+func defaultHashSlots() int { return max(2, runtime.GOMAXPROCS(0)) }
 
 // overloadRetryAfter is the Retry-After of a request the gate sheds: a
 // verification takes tens of milliseconds, so a second is plenty.
@@ -30,8 +35,8 @@ const overloadRetryAfter = time.Second
 //   - An address runs at most slots-1 verifications at once (at least 1), so
 //     a slot is always left for other addresses; an address that failed a
 //     login recently (suspect) runs at most one.
-//   - At most maxWaiters requests wait in all, and at most
-//     maxWaitersPerAddress per address; a request beyond either bound is
+//   - At most maxWaiters requests wait in all, and at most perAddr per
+//     address; a request beyond either bound is
 //     refused at once (ErrOverloaded, ErrRateLimited), never queued.
 //   - A request waits at most maxWait, then gets ErrOverloaded.
 //
@@ -39,6 +44,7 @@ const overloadRetryAfter = time.Second
 type hashGate struct {
 	slots      int
 	maxWaiters int
+	perAddr    int
 	maxWait    time.Duration
 
 	mu      sync.Mutex
@@ -64,8 +70,11 @@ type gateWaiter struct {
 	admitted bool // guarded by hashGate.mu
 }
 
-func newHashGate(slots, maxWaiters int, maxWait time.Duration) *hashGate {
-	return &hashGate{slots: slots, maxWaiters: maxWaiters, maxWait: maxWait, addrs: make(map[string]*gateAddr)}
+// newHashGate returns a gate of slots verification slots, at most
+// maxWaiters waiting requests in all and perAddr per address, and waits of
+// at most maxWait.
+func newHashGate(slots, maxWaiters, perAddr int, maxWait time.Duration) *hashGate {
+	return &hashGate{slots: slots, maxWaiters: maxWaiters, perAddr: perAddr, maxWait: maxWait, addrs: make(map[string]*gateAddr)}
 }
 
 // acquire waits for a verification slot for a request of addr and returns
@@ -90,7 +99,7 @@ func (g *hashGate) acquire(ctx context.Context, addr string, suspect bool) (rele
 		return g.releaser(a), nil
 	}
 	switch {
-	case len(a.queue) >= maxWaitersPerAddress:
+	case len(a.queue) >= g.perAddr:
 		g.forget(a)
 		g.mu.Unlock()
 		return nil, &ThrottleError{Err: ErrRateLimited, RetryAfter: overloadRetryAfter}
@@ -118,7 +127,7 @@ func (g *hashGate) acquire(ctx context.Context, addr string, suspect bool) (rele
 	case <-timer.C:
 		fail = &ThrottleError{Err: ErrOverloaded, RetryAfter: overloadRetryAfter}
 	case <-ctx.Done():
-		fail = unauthenticated("request ended before verification")
+		fail = errRequestEnded
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -52,7 +52,7 @@ func requestFrom(addr, user, pass string) *http.Request {
 // A flood of unknown principals from one address, its verifications held
 // on a barrier, cannot take the slot of a real user from another address:
 // the flood holds at most all slots but one, queues at most
-// maxWaitersPerAddress more, and every further flood request is refused at
+// DefaultHashWaitersPerAddress more, and every further flood request is refused at
 // once with ErrRateLimited and a Retry-After; the real user is verified
 // while the flood is still held.
 func TestBasicFloodCannotTakeRealUsersSlot(t *testing.T) {
@@ -67,7 +67,7 @@ func TestBasicFloodCannotTakeRealUsersSlot(t *testing.T) {
 		}
 	}
 	slots := b.gate.slots
-	held, queued, refused := slots-1, maxWaitersPerAddress, 3*slots
+	held, queued, refused := slots-1, b.gate.perAddr, 3*slots
 	n := held + queued + refused
 	results := make(chan error, n)
 	var flood sync.WaitGroup
@@ -154,7 +154,9 @@ func holdSlots(t *testing.T, b *Basic, addrs []string) (release func(), wait fun
 	}
 	var wg sync.WaitGroup
 	for _, a := range addrs {
-		wg.Go(func() { _, _ = b.Authenticate(requestFrom(a, "mallory", "guess")) })
+		// A principal per holder: requests with one credential would share
+		// one verification.
+		wg.Go(func() { _, _ = b.Authenticate(requestFrom(a, "mallory@"+a, "guess")) })
 	}
 	for range addrs {
 		receive(t, entered, "holding request entered")
@@ -188,14 +190,20 @@ func authenticateAlice(b *Basic, addr string, errs chan<- error) {
 // MaxHashWait gets the same.
 func TestBasicHashWaitIsBounded(t *testing.T) {
 	t.Run("waiters", func(t *testing.T) {
-		b, _, _ := newTestBasic(t, BasicOptions{FailureBurst: -1, MaxHashWait: time.Hour, MaxHashWaiters: 3}, credLine(t, "alice", "wonderland"))
+		// A principal per waiter: requests with one credential would share
+		// one place in the queue.
+		b, _, _ := newTestBasic(t, BasicOptions{FailureBurst: -1, MaxHashWait: time.Hour, MaxHashWaiters: 3},
+			credLine(t, "alice", "wonderland"), credLine(t, "u0", "p0"), credLine(t, "u1", "p1"), credLine(t, "u2", "p2"))
 		release, wait := holdAllSlots(t, b)
 		defer wait()
 		defer release()
 
 		waiters := make(chan error, 3)
 		for i := range 3 {
-			authenticateAlice(b, fmt.Sprintf("192.0.2.%d:2000", i), waiters)
+			go func() {
+				_, err := b.Authenticate(requestFrom(fmt.Sprintf("192.0.2.%d:2000", i), fmt.Sprint("u", i), fmt.Sprint("p", i)))
+				waiters <- err
+			}()
 		}
 		testwait.For(t, hangGuard, "three requests waiting", func() bool { _, w := b.gate.stats(); return w == 3 })
 		over := make(chan error, 1)
@@ -230,7 +238,7 @@ func TestBasicHashWaitIsBounded(t *testing.T) {
 // request that arrives behind three flood requests is admitted after at
 // most one of them.
 func TestHashGateRoundRobin(t *testing.T) {
-	g := newHashGate(2, 100, time.Hour)
+	g := newHashGate(2, 100, DefaultHashWaitersPerAddress, time.Hour)
 	ctx := t.Context()
 	relF, err := g.acquire(ctx, "flood", true)
 	if err != nil {
@@ -303,7 +311,7 @@ func TestHashGateRoundRobin(t *testing.T) {
 // An address runs at most all slots but one at once; an address with
 // recent failures runs one.
 func TestHashGatePerAddressLimit(t *testing.T) {
-	g := newHashGate(4, 100, time.Hour)
+	g := newHashGate(4, 100, DefaultHashWaitersPerAddress, time.Hour)
 	ctx := t.Context()
 	var rels []func()
 	for range 3 {

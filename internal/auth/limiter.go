@@ -1,9 +1,6 @@
 package auth
 
 import (
-	"net"
-	"net/http"
-	"net/netip"
 	"sync"
 	"time"
 )
@@ -17,29 +14,6 @@ const (
 // maxTrackedAddresses bounds the failure limiter's table. When it is full,
 // addresses whose buckets refilled are forgotten first, then arbitrary ones.
 const maxTrackedAddresses = 1 << 16
-
-// clientAddr returns the key that login limits and fair scheduling use for
-// r: the host of r.RemoteAddr, as an IPv4 address or, for IPv6, its /64
-// prefix (one host usually owns a whole /64). Forwarding headers such as
-// X-Forwarded-For are ignored: the service has no trusted-proxy setting, so
-// anything a client sends there is unverified. A RemoteAddr that does not
-// parse is used as it is.
-func clientAddr(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	a, err := netip.ParseAddr(host)
-	if err != nil {
-		return host
-	}
-	a = a.Unmap().WithZone("")
-	if a.Is4() {
-		return a.String()
-	}
-	p, _ := a.Prefix(64)
-	return p.String()
-}
 
 // failureLimiter limits failed logins per client address with a token
 // bucket: an address may fail burst times at once, then once per refill.

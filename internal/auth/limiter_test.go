@@ -94,7 +94,7 @@ func TestClientAddr(t *testing.T) {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.RemoteAddr = tc.remote
 		r.Header.Set("X-Forwarded-For", "203.0.113.9")
-		if got := clientAddr(r); got != tc.want {
+		if got := clientAddr(r, nil); got != tc.want {
 			t.Errorf("clientAddr(%q) = %q, want %q", tc.remote, got, tc.want)
 		}
 	}

@@ -43,6 +43,7 @@ type Intake struct {
 	HTTPAddr              string        // MIGHTYETL_HTTP_ADDR, default 127.0.0.1:8080
 	AuthMode              auth.Mode     // MIGHTYETL_AUTH_MODE: deny (default) | basic | jwt
 	BasicCredentialsFile  string        // MIGHTYETL_BASIC_CREDENTIALS_FILE, required for basic
+	Basic                 BasicLimits   // MIGHTYETL_BASIC_* rationing and MIGHTYETL_TRUSTED_PROXIES (basic mode)
 	JWTIssuer             string        // MIGHTYETL_JWT_ISSUER, required for jwt
 	JWTAudience           string        // MIGHTYETL_JWT_AUDIENCE, required for jwt
 	JWTJWKSFile           string        // MIGHTYETL_JWT_JWKS_FILE, required for jwt
@@ -82,6 +83,7 @@ func RegisterIntake(l *Loader, dst *Intake) {
 		return nil
 	})
 	l.String(&dst.BasicCredentialsFile, "MIGHTYETL_BASIC_CREDENTIALS_FILE", "basic-credentials-file", "", "principal:hash lines (basic mode)", nil)
+	RegisterBasicLimits(l, &dst.Basic)
 	l.String(&dst.JWTIssuer, "MIGHTYETL_JWT_ISSUER", "jwt-issuer", "", "required iss (jwt mode)", nil)
 	l.String(&dst.JWTAudience, "MIGHTYETL_JWT_AUDIENCE", "jwt-audience", "", "required aud (jwt mode)", nil)
 	l.String(&dst.JWTJWKSFile, "MIGHTYETL_JWT_JWKS_FILE", "jwt-jwks-file", "", "JWK Set of verification keys (jwt mode)", nil)
@@ -144,8 +146,8 @@ func (c Intake) IntakeOpen() bool {
 	return c.AuthMode != auth.ModeDeny || c.NATS.RequestsEnabled
 }
 
-// Validate checks cross-setting rules: basic mode needs a credentials file,
-// jwt mode an issuer, an audience and a JWKS file; deny mode refuses the NATS
+// Validate checks cross-setting rules: basic mode needs a credentials file
+// (and consistent rationing limits), jwt mode an issuer, an audience and a JWKS file; deny mode refuses the NATS
 // request consumer (deny means no intake at all, and the consumer would
 // otherwise take jobs); and whenever an intake path is open (IntakeOpen) the
 // principal hash key must hold at least 32 bytes.
@@ -157,6 +159,9 @@ func (c Intake) Validate() error {
 	case auth.ModeBasic:
 		if c.BasicCredentialsFile == "" {
 			return errors.New("MIGHTYETL_BASIC_CREDENTIALS_FILE: required when MIGHTYETL_AUTH_MODE=basic")
+		}
+		if err := c.Basic.Validate(); err != nil {
+			return err
 		}
 	case auth.ModeJWT:
 		for _, s := range []struct{ name, v string }{
@@ -194,7 +199,7 @@ func (c Intake) Validate() error {
 func (c Intake) Authenticator() (auth.Authenticator, error) {
 	switch c.AuthMode {
 	case auth.ModeBasic:
-		return auth.NewBasic(auth.BasicOptions{CredentialsFile: c.BasicCredentialsFile})
+		return auth.NewBasic(c.Basic.Options(c.BasicCredentialsFile))
 	case auth.ModeJWT:
 		return auth.NewJWT(auth.JWTOptions{Issuer: c.JWTIssuer, Audience: c.JWTAudience, JWKSFile: c.JWTJWKSFile,
 			OperatorClaim: c.JWTOperatorClaim, OperatorValue: c.JWTOperatorValue})
