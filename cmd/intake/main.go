@@ -44,7 +44,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		}
 		return 2
 	}
-	authn, err := cfg.Authenticator()
+	authn, err := cfg.AuthenticatorLog(log)
 	if err != nil {
 		fmt.Fprintf(stderr, "intake: configuration: MIGHTYETL_AUTH_MODE=%s: %v\n", cfg.AuthMode, err)
 		return 2

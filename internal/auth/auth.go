@@ -23,7 +23,7 @@ const (
 	ModeDeny Mode = "deny"
 	// ModeBasic authenticates "Authorization: Basic" against a credentials file.
 	ModeBasic Mode = "basic"
-	// ModeJWT authenticates "Authorization: Bearer <JWT>" against a JWKS file.
+	// ModeJWT authenticates "Authorization: Bearer <JWT>" against a JWKS file or URL.
 	ModeJWT Mode = "jwt"
 )
 

@@ -9,7 +9,9 @@
 //     a credentials file of "principal:hash" lines, where hash is an argon2id
 //     PHC string (see [HashPassword] and [CredentialLine]) or a bcrypt hash.
 //   - [ModeJWT]: [NewJWT] checks "Authorization: Bearer <JWT>" tokens signed
-//     with RS256, ES256 or EdDSA by a key of a JWKS file; the principal is the
+//     with RS256, ES256 or EdDSA by a key of a JWKS file, or of the identity
+//     provider's JWKS URL (fetched again every refresh interval and for an
+//     unknown kid, at most once per [JWKSMinFetchGap]); the principal is the
 //     token's sub claim.
 //
 // Invariants every Authenticator keeps:

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
@@ -10,9 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/big"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -43,8 +46,24 @@ type JWTOptions struct {
 	// (MIGHTYETL_JWT_AUDIENCE). Required.
 	Audience string
 	// JWKSFile is the path of an RFC 7517 JWK Set of verification keys
-	// (MIGHTYETL_JWT_JWKS_FILE), read once by NewJWT. Required.
+	// (MIGHTYETL_JWT_JWKS_FILE), read once by NewJWT. Exactly one of
+	// JWKSFile and JWKSURL is required.
 	JWKSFile string
+	// JWKSURL is the identity provider's JWK Set URL
+	// (MIGHTYETL_JWT_JWKS_URL): https, or http to a loopback host (see
+	// CheckJWKSURL). NewJWT fetches it once and fails when it cannot; the
+	// keys are then fetched again every RefreshInterval and when a token
+	// names an unknown kid, never more than once per JWKSMinFetchGap, and
+	// the last keys fetched stay in use while the URL fails.
+	JWKSURL string
+	// RefreshInterval is the age after which the keys of JWKSURL are
+	// fetched again (MIGHTYETL_JWT_JWKS_REFRESH_INTERVAL). Zero means
+	// DefaultJWKSRefreshInterval (5m); it must be at least JWKSMinFetchGap.
+	RefreshInterval time.Duration
+	// Logger receives a warning for each failed fetch of JWKSURL and an
+	// info line when its key set changed (no URL, key or token content);
+	// nil discards.
+	Logger *slog.Logger
 	// Leeway is the clock skew allowed on exp and nbf. Zero means
 	// DefaultLeeway (30s); negative is an error.
 	Leeway time.Duration
@@ -63,14 +82,21 @@ type JWTOptions struct {
 // no "none", no HMAC). A token must carry exp, and iss and aud matching the
 // options; exp and nbf are checked with the leeway. The principal is sub.
 //
-// The JWKS file is read once; rotating keys needs a restart. A JWT is safe
-// for concurrent use.
+// A JWKS file is read once; rotating its keys needs a restart. A JWKS URL
+// is fetched again as JWTOptions.JWKSURL says, so the identity provider
+// can rotate keys without one. A JWT is safe for concurrent use.
 type JWT struct {
 	parser *jwt.Parser
-	byKid  map[string]verificationKey
-	byAlg  map[string][]jwt.VerificationKey // keys of each algorithm, for tokens without kid
+	keys   atomic.Pointer[keySet]
+	source *jwksSource // nil: a JWKS file
 
 	operatorClaim, operatorValue string
+}
+
+// keySet is one parsed JWK Set; it is never changed once built.
+type keySet struct {
+	byKid map[string]verificationKey
+	byAlg map[string][]jwt.VerificationKey // keys of each algorithm, for tokens without kid
 }
 
 type verificationKey struct {
@@ -78,19 +104,26 @@ type verificationKey struct {
 	key jwt.VerificationKey
 }
 
-// NewJWT reads the JWKS file and returns a JWT. It is an error when an
-// option is missing, the file is unreadable or not a JWK Set, a supported
-// key is malformed or carries private material, two keys share a kid, or no
-// usable key remains. Keys of other types, curves or algorithms, and keys
-// with "use" other than "sig", are ignored.
+// NewJWT reads the JWKS file, or fetches the JWKS URL, and returns a JWT.
+// It is an error when an option is missing or invalid, both or neither of
+// JWKSFile and JWKSURL are set, the file is unreadable or the URL does not
+// answer 200 within JWKSFetchTimeout, the content is not a JWK Set, a
+// supported key is malformed or carries private material, two keys share a
+// kid, or no usable key remains. Keys of other types, curves or
+// algorithms, and keys with "use" other than "sig", are ignored; a later
+// fetch of the URL that breaks one of these rules keeps the keys in use.
 func NewJWT(opts JWTOptions) (*JWT, error) {
 	switch {
 	case opts.Issuer == "":
 		return nil, errors.New("new jwt authenticator: issuer not set")
 	case opts.Audience == "":
 		return nil, errors.New("new jwt authenticator: audience not set")
-	case opts.JWKSFile == "":
-		return nil, errors.New("new jwt authenticator: JWKS file not set")
+	case opts.JWKSFile == "" && opts.JWKSURL == "":
+		return nil, errors.New("new jwt authenticator: JWKS file or URL not set")
+	case opts.JWKSFile != "" && opts.JWKSURL != "":
+		return nil, errors.New("new jwt authenticator: both a JWKS file and a JWKS URL set; set one")
+	case opts.RefreshInterval != 0 && opts.RefreshInterval < JWKSMinFetchGap:
+		return nil, fmt.Errorf("new jwt authenticator: JWKS refresh interval below %s", JWKSMinFetchGap)
 	case opts.Leeway < 0:
 		return nil, errors.New("new jwt authenticator: negative leeway")
 	case (opts.OperatorClaim == "") != (opts.OperatorValue == ""):
@@ -104,14 +137,23 @@ func NewJWT(opts JWTOptions) (*JWT, error) {
 	if now == nil {
 		now = time.Now
 	}
-	data, err := readJWKSFile(opts.JWKSFile)
-	if err != nil {
-		return nil, fmt.Errorf("new jwt authenticator: %w", err)
-	}
-	j := &JWT{byKid: map[string]verificationKey{}, byAlg: map[string][]jwt.VerificationKey{},
-		operatorClaim: opts.OperatorClaim, operatorValue: opts.OperatorValue}
-	if err := j.addKeys(data); err != nil {
-		return nil, fmt.Errorf("new jwt authenticator: JWKS file %s: %w", opts.JWKSFile, err)
+	j := &JWT{operatorClaim: opts.OperatorClaim, operatorValue: opts.OperatorValue}
+	if opts.JWKSURL != "" {
+		src, err := newJWKSSource(opts, now, j.keys.Store)
+		if err != nil {
+			return nil, fmt.Errorf("new jwt authenticator: %w", err)
+		}
+		j.source = src
+	} else {
+		data, err := readJWKSFile(opts.JWKSFile)
+		if err != nil {
+			return nil, fmt.Errorf("new jwt authenticator: %w", err)
+		}
+		set, err := parseKeySet(data)
+		if err != nil {
+			return nil, fmt.Errorf("new jwt authenticator: JWKS file %s: %w", opts.JWKSFile, err)
+		}
+		j.keys.Store(set)
 	}
 	j.parser = jwt.NewParser(
 		jwt.WithValidMethods([]string{algRS256, algES256, algEdDSA}),
@@ -155,34 +197,36 @@ type jwk struct {
 	D   string `json:"d"`
 }
 
-// addKeys parses a JWK Set. Errors name keys by index, never by content.
-func (j *JWT) addKeys(data []byte) error {
-	var set struct {
+// parseKeySet parses a JWK Set, from a file or a URL alike. Errors name
+// keys by index, never by content.
+func parseKeySet(data []byte) (*keySet, error) {
+	var doc struct {
 		Keys []jwk `json:"keys"`
 	}
-	if err := json.Unmarshal(data, &set); err != nil {
-		return errors.New("not a JSON JWK Set")
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, errors.New("not a JSON JWK Set")
 	}
-	for i, k := range set.Keys {
+	set := &keySet{byKid: map[string]verificationKey{}, byAlg: map[string][]jwt.VerificationKey{}}
+	for i, k := range doc.Keys {
 		alg, key, err := parseJWK(k)
 		if err != nil {
-			return fmt.Errorf("key %d: %w", i, err)
+			return nil, fmt.Errorf("key %d: %w", i, err)
 		}
 		if key == nil {
 			continue // not a key for this service
 		}
 		if k.Kid != "" {
-			if _, dup := j.byKid[k.Kid]; dup {
-				return fmt.Errorf("key %d: kid used by an earlier key", i)
+			if _, dup := set.byKid[k.Kid]; dup {
+				return nil, fmt.Errorf("key %d: kid used by an earlier key", i)
 			}
-			j.byKid[k.Kid] = verificationKey{alg: alg, key: key}
+			set.byKid[k.Kid] = verificationKey{alg: alg, key: key}
 		}
-		j.byAlg[alg] = append(j.byAlg[alg], key)
+		set.byAlg[alg] = append(set.byAlg[alg], key)
 	}
-	if len(j.byAlg) == 0 {
-		return errors.New("no RS256, ES256 or EdDSA signature key")
+	if len(set.byAlg) == 0 {
+		return nil, errors.New("no RS256, ES256 or EdDSA signature key")
 	}
-	return nil
+	return set, nil
 }
 
 // parseJWK returns the algorithm and public key of k, or a nil key when k
@@ -307,7 +351,10 @@ func (j *JWT) parseBearer(r *http.Request, claims jwt.Claims) error {
 	if !ok || len(tok) > maxBearerToken {
 		return errMalformedCredentials
 	}
-	if _, err := j.parser.ParseWithClaims(tok, claims, j.keyFor); err != nil {
+	if j.source != nil {
+		j.source.refreshIfStale() // in the background; this request uses the keys in hand
+	}
+	if _, err := j.parser.ParseWithClaims(tok, claims, j.keyFor(r.Context())); err != nil {
 		return tokenError(err)
 	}
 	return nil
@@ -316,10 +363,17 @@ func (j *JWT) parseBearer(r *http.Request, claims jwt.Claims) error {
 // jsonUnmarshal is json.Unmarshal (a seam for operatorClaims).
 var jsonUnmarshal = json.Unmarshal
 
-// keyFor selects verification keys: the key named by kid, else every key
-// of the token's algorithm. A key is only ever returned for its own
-// algorithm, whatever the token header claims.
-func (j *JWT) keyFor(t *jwt.Token) (any, error) {
+// keyFor returns the key selection of a request with context ctx: the key
+// named by kid, else every key of the token's algorithm. A key is only ever
+// returned for its own algorithm, whatever the token header claims. With a
+// JWKS URL, a kid missing from the keys in hand makes the keys be fetched
+// again (or a fetch in progress awaited, within ctx) unless a fetch started
+// less than JWKSMinFetchGap ago.
+func (j *JWT) keyFor(ctx context.Context) jwt.Keyfunc {
+	return func(t *jwt.Token) (any, error) { return j.selectKey(ctx, t) }
+}
+
+func (j *JWT) selectKey(ctx context.Context, t *jwt.Token) (any, error) {
 	alg := t.Method.Alg()
 	switch t.Method {
 	case jwt.SigningMethodRS256, jwt.SigningMethodES256, jwt.SigningMethodEdDSA:
@@ -331,13 +385,16 @@ func (j *JWT) keyFor(t *jwt.Token) (any, error) {
 		if !ok {
 			return nil, errors.New("kid is not a string")
 		}
-		k, ok := j.byKid[kid]
+		k, ok := j.keys.Load().byKid[kid]
+		if !ok && j.source != nil && j.source.refreshForUnknownKID(ctx) {
+			k, ok = j.keys.Load().byKid[kid]
+		}
 		if !ok || k.alg != alg {
 			return nil, errors.New("no key with this kid for this algorithm")
 		}
 		return k.key, nil
 	}
-	keys := j.byAlg[alg]
+	keys := j.keys.Load().byAlg[alg]
 	if len(keys) == 0 {
 		return nil, errors.New("no key for this algorithm")
 	}

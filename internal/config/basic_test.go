@@ -11,7 +11,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/auth"
 )
 
-// The Basic rationing settings left unset are auth's defaults:
+// The Basic rationing and JWT key settings left unset are auth's defaults:
 // configuration and library cannot disagree about them.
 func TestAuthLimitDefaultsAreTheLibraryDefaults(t *testing.T) {
 	c, _, err := LoadIntake(nil, func(string) string { return "" })
@@ -32,6 +32,7 @@ func TestAuthLimitDefaultsAreTheLibraryDefaults(t *testing.T) {
 		{"MIGHTYETL_BASIC_HASH_MAX_WAIT", got.MaxHashWait, lib.MaxHashWait},
 		{"MIGHTYETL_TRUSTED_PROXY_HEADER", got.ForwardedHeader, lib.ForwardedHeader},
 		{"MIGHTYETL_TRUSTED_PROXIES", len(got.TrustedProxies), 0},
+		{"MIGHTYETL_JWT_JWKS_REFRESH_INTERVAL", c.JWTJWKSRefresh, auth.DefaultJWKSRefreshInterval},
 	} {
 		if d.config != d.library {
 			t.Errorf("%s: configuration default %v, library default %v", d.name, d.config, d.library)
@@ -129,6 +130,50 @@ func TestBasicAuthenticatorBuildsWithLimits(t *testing.T) {
 	for _, s := range l.Provenance() {
 		if s.Name == "MIGHTYETL_TRUSTED_PROXIES" && (s.Value != "10.0.0.0/8" || s.Source != SourceEnv) {
 			t.Errorf("provenance of MIGHTYETL_TRUSTED_PROXIES: %+v", s)
+		}
+	}
+}
+
+// TestJWKSURLSettings pins MIGHTYETL_JWT_JWKS_URL and
+// MIGHTYETL_JWT_JWKS_REFRESH_INTERVAL: jwt mode takes exactly one of the
+// file and the URL; the URL is https (http to loopback only) and only for
+// jwt mode; the interval is 1m..24h, default 5m.
+func TestJWKSURLSettings(t *testing.T) {
+	const key = "0123456789abcdef0123456789abcdef"
+	jwtMode := map[string]string{"MIGHTYETL_AUTH_MODE": "jwt", "MIGHTYETL_JWT_ISSUER": "https://issuer.test",
+		"MIGHTYETL_JWT_AUDIENCE": "mightyetl", "MIGHTYETL_PRINCIPAL_HASH_KEY": key}
+	const url = "https://idp.example/.well-known/jwks.json"
+	for _, c := range []struct {
+		name    string
+		env     map[string]string
+		refused string
+		want    func(Intake) bool
+	}{
+		{"file", withEnv(jwtMode, "MIGHTYETL_JWT_JWKS_FILE", "jwks.json"), "", func(c Intake) bool { return c.JWTJWKSFile == "jwks.json" && c.JWTJWKSURL == "" }},
+		{"url, default interval", withEnv(jwtMode, "MIGHTYETL_JWT_JWKS_URL", url), "", func(c Intake) bool { return c.JWTJWKSURL == url && c.JWTJWKSRefresh == 5*time.Minute }},
+		{"loopback http url", withEnv(jwtMode, "MIGHTYETL_JWT_JWKS_URL", "http://127.0.0.1:9000/jwks"), "", func(c Intake) bool { return c.JWTJWKSURL != "" }},
+		{"interval 1m", withEnv(jwtMode, "MIGHTYETL_JWT_JWKS_URL", url, "MIGHTYETL_JWT_JWKS_REFRESH_INTERVAL", "1m"), "", func(c Intake) bool { return c.JWTJWKSRefresh == time.Minute }},
+		{"interval 24h", withEnv(jwtMode, "MIGHTYETL_JWT_JWKS_URL", url, "MIGHTYETL_JWT_JWKS_REFRESH_INTERVAL", "24h"), "", func(c Intake) bool { return c.JWTJWKSRefresh == 24*time.Hour }},
+		{"interval 59s", withEnv(jwtMode, "MIGHTYETL_JWT_JWKS_URL", url, "MIGHTYETL_JWT_JWKS_REFRESH_INTERVAL", "59s"), "MIGHTYETL_JWT_JWKS_REFRESH_INTERVAL", nil},
+		{"interval 25h", withEnv(jwtMode, "MIGHTYETL_JWT_JWKS_URL", url, "MIGHTYETL_JWT_JWKS_REFRESH_INTERVAL", "25h"), "MIGHTYETL_JWT_JWKS_REFRESH_INTERVAL", nil},
+		{"neither file nor url", jwtMode, "MIGHTYETL_JWT_JWKS_FILE or MIGHTYETL_JWT_JWKS_URL", nil},
+		{"both file and url", withEnv(jwtMode, "MIGHTYETL_JWT_JWKS_FILE", "jwks.json", "MIGHTYETL_JWT_JWKS_URL", url), "MIGHTYETL_JWT_JWKS_URL", nil},
+		{"plain http to another host", withEnv(jwtMode, "MIGHTYETL_JWT_JWKS_URL", "http://idp.example/jwks"), "MIGHTYETL_JWT_JWKS_URL", nil},
+		{"url with credentials", withEnv(jwtMode, "MIGHTYETL_JWT_JWKS_URL", "https://u:p@idp.example/jwks"), "MIGHTYETL_JWT_JWKS_URL", nil},
+		{"relative url", withEnv(jwtMode, "MIGHTYETL_JWT_JWKS_URL", "jwks.json"), "MIGHTYETL_JWT_JWKS_URL", nil},
+		{"url in basic mode", map[string]string{"MIGHTYETL_AUTH_MODE": "basic", "MIGHTYETL_BASIC_CREDENTIALS_FILE": "c",
+			"MIGHTYETL_PRINCIPAL_HASH_KEY": key, "MIGHTYETL_JWT_JWKS_URL": url}, "MIGHTYETL_JWT_JWKS_URL", nil},
+	} {
+		cfg, _, err := LoadIntake(nil, env(c.env))
+		switch {
+		case c.refused == "" && err != nil:
+			t.Errorf("%s: refused: %v", c.name, err)
+		case c.refused == "" && !c.want(cfg):
+			t.Errorf("%s: file %q url %q interval %v", c.name, cfg.JWTJWKSFile, cfg.JWTJWKSURL, cfg.JWTJWKSRefresh)
+		case c.refused != "" && err == nil:
+			t.Errorf("%s: accepted, want refused naming %s", c.name, c.refused)
+		case c.refused != "" && (!strings.HasPrefix(err.Error(), c.refused+":") || strings.Contains(err.Error(), "\n")):
+			t.Errorf("%s: %q is not one line starting with %s:", c.name, err, c.refused)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -46,7 +47,9 @@ type Intake struct {
 	Basic                 BasicLimits   // MIGHTYETL_BASIC_* rationing and MIGHTYETL_TRUSTED_PROXIES (basic mode)
 	JWTIssuer             string        // MIGHTYETL_JWT_ISSUER, required for jwt
 	JWTAudience           string        // MIGHTYETL_JWT_AUDIENCE, required for jwt
-	JWTJWKSFile           string        // MIGHTYETL_JWT_JWKS_FILE, required for jwt
+	JWTJWKSFile           string        // MIGHTYETL_JWT_JWKS_FILE: jwt mode needs it or JWTJWKSURL
+	JWTJWKSURL            string        // MIGHTYETL_JWT_JWKS_URL: the identity provider's JWK Set (https; http to loopback only)
+	JWTJWKSRefresh        time.Duration // MIGHTYETL_JWT_JWKS_REFRESH_INTERVAL, default 5m (1m..24h): age after which JWTJWKSURL is fetched again
 	PrincipalHashKey      string        // MIGHTYETL_PRINCIPAL_HASH_KEY (secret), ≥ 32 bytes whenever IntakeOpen
 	MaxPayloadBytes       int           // MIGHTYETL_MAX_PAYLOAD_BYTES, default 1 MiB (1..64 MiB)
 	MaxBatchRecords       int           // MIGHTYETL_MAX_BATCH_RECORDS, default 1000 (1..100000)
@@ -87,6 +90,14 @@ func RegisterIntake(l *Loader, dst *Intake) {
 	l.String(&dst.JWTIssuer, "MIGHTYETL_JWT_ISSUER", "jwt-issuer", "", "required iss (jwt mode)", nil)
 	l.String(&dst.JWTAudience, "MIGHTYETL_JWT_AUDIENCE", "jwt-audience", "", "required aud (jwt mode)", nil)
 	l.String(&dst.JWTJWKSFile, "MIGHTYETL_JWT_JWKS_FILE", "jwt-jwks-file", "", "JWK Set of verification keys (jwt mode)", nil)
+	l.String(&dst.JWTJWKSURL, "MIGHTYETL_JWT_JWKS_URL", "jwt-jwks-url", "", "identity provider's JWK Set URL, https (jwt mode; instead of the file)", func(s string) error {
+		if s == "" {
+			return nil
+		}
+		return auth.CheckJWKSURL(s)
+	})
+	l.Duration(&dst.JWTJWKSRefresh, "MIGHTYETL_JWT_JWKS_REFRESH_INTERVAL", "jwt-jwks-refresh-interval", auth.DefaultJWKSRefreshInterval, time.Minute, 24*time.Hour,
+		"age after which the JWKS URL's keys are fetched again (jwt mode)")
 	l.Secret(&dst.PrincipalHashKey, "MIGHTYETL_PRINCIPAL_HASH_KEY", "principal-hash-key", "key of principal_scope_hash (at least 32 bytes)", nil)
 	l.Int(&dst.MaxPayloadBytes, "MIGHTYETL_MAX_PAYLOAD_BYTES", "max-payload-bytes", intake.DefaultMaxPayloadBytes, 1, intake.MaxPayloadBytesCeiling, "request body limit in bytes")
 	l.Int(&dst.MaxBatchRecords, "MIGHTYETL_MAX_BATCH_RECORDS", "max-batch-records", intake.DefaultMaxBatchRecords, 1, 100000, "records per request")
@@ -147,7 +158,9 @@ func (c Intake) IntakeOpen() bool {
 }
 
 // Validate checks cross-setting rules: basic mode needs a credentials file
-// (and consistent rationing limits), jwt mode an issuer, an audience and a JWKS file; deny mode refuses the NATS
+// (and consistent rationing limits), jwt mode an issuer, an audience and
+// exactly one of a JWKS file and a JWKS URL (the URL only in jwt mode);
+// deny mode refuses the NATS
 // request consumer (deny means no intake at all, and the consumer would
 // otherwise take jobs); and whenever an intake path is open (IntakeOpen) the
 // principal hash key must hold at least 32 bytes.
@@ -167,12 +180,20 @@ func (c Intake) Validate() error {
 		for _, s := range []struct{ name, v string }{
 			{"MIGHTYETL_JWT_ISSUER", c.JWTIssuer},
 			{"MIGHTYETL_JWT_AUDIENCE", c.JWTAudience},
-			{"MIGHTYETL_JWT_JWKS_FILE", c.JWTJWKSFile},
 		} {
 			if s.v == "" {
 				return fmt.Errorf("%s: required when MIGHTYETL_AUTH_MODE=jwt", s.name)
 			}
 		}
+		switch {
+		case c.JWTJWKSFile == "" && c.JWTJWKSURL == "":
+			return errors.New("MIGHTYETL_JWT_JWKS_FILE or MIGHTYETL_JWT_JWKS_URL: one is required when MIGHTYETL_AUTH_MODE=jwt")
+		case c.JWTJWKSFile != "" && c.JWTJWKSURL != "":
+			return errors.New("MIGHTYETL_JWT_JWKS_URL: set it or MIGHTYETL_JWT_JWKS_FILE, not both")
+		}
+	}
+	if c.JWTJWKSURL != "" && c.AuthMode != auth.ModeJWT {
+		return errors.New("MIGHTYETL_JWT_JWKS_URL: only used when MIGHTYETL_AUTH_MODE=jwt")
 	}
 	if (c.JWTOperatorClaim == "") != (c.JWTOperatorValue == "") {
 		return errors.New("MIGHTYETL_JWT_OPERATOR_CLAIM and MIGHTYETL_JWT_OPERATOR_VALUE: set both or neither")
@@ -195,13 +216,20 @@ func (c Intake) Validate() error {
 	return c.NATS.Validate()
 }
 
-// Authenticator builds the configured authenticator.
-func (c Intake) Authenticator() (auth.Authenticator, error) {
+// Authenticator builds the configured authenticator; see AuthenticatorLog.
+func (c Intake) Authenticator() (auth.Authenticator, error) { return c.AuthenticatorLog(nil) }
+
+// AuthenticatorLog builds the configured authenticator with log for what
+// it reports while it runs (failed fetches of a JWKS URL); nil discards.
+// In jwt mode with a JWKS URL it fetches the URL once and fails when it
+// cannot.
+func (c Intake) AuthenticatorLog(log *slog.Logger) (auth.Authenticator, error) {
 	switch c.AuthMode {
 	case auth.ModeBasic:
 		return auth.NewBasic(c.Basic.Options(c.BasicCredentialsFile))
 	case auth.ModeJWT:
-		return auth.NewJWT(auth.JWTOptions{Issuer: c.JWTIssuer, Audience: c.JWTAudience, JWKSFile: c.JWTJWKSFile,
+		return auth.NewJWT(auth.JWTOptions{Issuer: c.JWTIssuer, Audience: c.JWTAudience,
+			JWKSFile: c.JWTJWKSFile, JWKSURL: c.JWTJWKSURL, RefreshInterval: c.JWTJWKSRefresh, Logger: log,
 			OperatorClaim: c.JWTOperatorClaim, OperatorValue: c.JWTOperatorValue})
 	}
 	return auth.NewDeny(), nil
