@@ -32,6 +32,9 @@ const (
 	// intakeBinaryPrincipals is how many Basic principals (and request
 	// subjects) the load is spread over.
 	intakeBinaryPrincipals = 4
+	// benchMaxPayloadBytes is the intake's payload limit in this scenario:
+	// its bodies are one record, far below it.
+	benchMaxPayloadBytes = 64 << 10
 	// maxIntakeBinaryDuration caps each timed part: the machines it runs on
 	// are small and shared.
 	maxIntakeBinaryDuration = 15 * time.Second
@@ -172,7 +175,18 @@ func (h *harness) startIntake(ctx context.Context, credsFile, prefix, hashKey st
 		"MIGHTYETL_NATS_SUBJECT_PREFIX=" + prefix,
 	}
 	if h.o.NATSURL != "" {
-		env = append(env, "NATS_URL="+h.o.NATSURL, "MIGHTYETL_NATS_REQUESTS_ENABLED=true")
+		// The JetStream phase publishes its whole burst at once, so every
+		// request of a principal may wait in the stream together: the
+		// per-principal limit takes the whole burst, and the stream (a
+		// limit, not an allocation) is sized so that it still holds at most
+		// 1/events.RequestsPrincipalShares of it at the bench's payload
+		// limit, as the intake requires.
+		perPrincipal := int64(intakeBinaryRequests(h.o.Quick))
+		streamBytes := perPrincipal * (benchMaxPayloadBytes + events.RequestStoreOverhead) * events.RequestsPrincipalShares
+		env = append(env, "NATS_URL="+h.o.NATSURL, "MIGHTYETL_NATS_REQUESTS_ENABLED=true",
+			"MIGHTYETL_MAX_PAYLOAD_BYTES="+strconv.FormatInt(benchMaxPayloadBytes, 10),
+			"MIGHTYETL_NATS_REQUESTS_MAX_PER_PRINCIPAL="+strconv.FormatInt(perPrincipal, 10),
+			"MIGHTYETL_NATS_REQUESTS_MAX_BYTES="+strconv.FormatInt(streamBytes, 10))
 	}
 	p, err := h.spawn(ctx, "intake", env)
 	if err != nil {
