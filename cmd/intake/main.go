@@ -86,17 +86,16 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		return 1
 	}
 	defer pools.Close()
-	applied, expected, err := pg.SchemaVersion(startCtx, pools.Requests)
+	// The schema-compatibility contract (pg.CheckCompatibility): an older
+	// schema or a newer one that no longer admits this binary's level stops
+	// the start; a newer compatible schema (a rolling deploy) does not.
+	compat, err := pg.CheckCompatibility(startCtx, pools.Requests)
 	if err != nil {
-		fmt.Fprintf(stderr, "intake: read schema version: %v\n", err)
+		fmt.Fprintf(stderr, "intake: %v\n", err)
 		return 1
 	}
-	if applied < expected {
-		fmt.Fprintf(stderr, "intake: database schema is at version %d, this binary needs %d: run `etlctl migrate up` first\n", applied, expected)
-		return 1
-	}
-	if applied > expected {
-		fmt.Fprintf(stderr, "intake: database schema version %d is newer than this binary's %d: deploy a newer intake\n", applied, expected)
+	if !compat.Compatible {
+		fmt.Fprintf(stderr, "intake: %s\n", compat.Reason)
 		return 1
 	}
 

@@ -88,6 +88,7 @@ ALTER TABLE processed_data          OWNER TO mightyetl_migrator_role;
 ALTER TABLE etl_outbox_events       OWNER TO mightyetl_migrator_role;
 ALTER TABLE etl_job_claim_queue     OWNER TO mightyetl_migrator_role;
 ALTER TABLE etl_operator_audit_records OWNER TO mightyetl_migrator_role;
+ALTER TABLE etl_schema_compatibility OWNER TO mightyetl_migrator_role;
 ALTER VIEW  etl_outbox_job_events   OWNER TO mightyetl_migrator_role;
 ALTER SEQUENCE etl_lease_fencing_token_sequence OWNER TO mightyetl_migrator_role;
 DO $functions$
@@ -131,7 +132,7 @@ $goose$;
 -- matching column privileges.
 ------------------------------------------------------------------------------
 REVOKE ALL ON TABLE etl_job_records, etl_idempotency_records, processed_data, etl_outbox_events,
-                    etl_job_claim_queue, etl_operator_audit_records
+                    etl_job_claim_queue, etl_operator_audit_records, etl_schema_compatibility
     FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
 REVOKE ALL ON SEQUENCE etl_lease_fencing_token_sequence, processed_data_processed_data_id_seq
     FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
@@ -146,6 +147,10 @@ BEGIN
     END IF;
 END
 $goose_revoke$;
+-- Every binary checks the schema-compatibility contract (00021) at start-up,
+-- before claiming and in /readyz.
+GRANT SELECT ON TABLE etl_schema_compatibility
+    TO mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
 
 GRANT USAGE ON SCHEMA public TO mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
 

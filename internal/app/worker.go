@@ -47,9 +47,10 @@ type WorkerProcess struct {
 	closeOnce sync.Once
 }
 
-// ErrSchemaBehind means the database schema is not at the version this
-// binary expects; run `etlctl migrate up`.
-var ErrSchemaBehind = errors.New("database schema is not at the expected version; run `etlctl migrate up`")
+// ErrSchemaBehind means the database schema is not compatible with this
+// binary (pg.CheckCompatibility); the wrapped text names both versions and
+// whether to migrate up or deploy a newer binary.
+var ErrSchemaBehind = errors.New("database schema is not compatible with this binary")
 
 // NewWorkerProcess connects the pools, checks the schema version and builds
 // the worker. metricsListener is the listener of the metrics and health
@@ -67,18 +68,19 @@ func NewWorkerProcess(ctx context.Context, cfg config.Worker, provenance []confi
 		}
 		return nil, err
 	}
-	applied, expected, err := pg.SchemaVersion(ctx, exec)
-	if err != nil || applied != expected {
+	compat, err := pg.CheckCompatibility(ctx, exec)
+	if err != nil || !compat.Compatible {
 		exec.Close()
 		renew.Close()
 		if metricsListener != nil {
 			_ = metricsListener.Close()
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read schema version: %w", err)
+			return nil, err
 		}
-		return nil, fmt.Errorf("%w (database at %d, binary expects %d)", ErrSchemaBehind, applied, expected)
+		return nil, fmt.Errorf("%w: %s", ErrSchemaBehind, compat.Reason)
 	}
+	applied := compat.Applied
 	reg := NewRegistry()
 	build := buildinfo.Read()
 	m := metrics.NewWorker(reg)

@@ -2,8 +2,10 @@
 // Prometheus registry of a process. The intake and the worker both use it.
 //
 // /healthz answers 200 while the process runs. /readyz answers 200 only when
-// the database answers and its schema is at the version this binary expects;
-// otherwise 503 with a fixed reason (never error text). Bodies are
+// the database answers and its schema is compatible with this binary
+// (pg.CheckCompatibility: within the binary's schema range, or newer and
+// admitting the binary's level); otherwise 503 with a fixed reason (never
+// error text). Bodies are
 // text/plain and every response carries Cache-Control: no-store.
 package health
 
@@ -49,12 +51,12 @@ func NotReady(ctx context.Context, pool *pgxpool.Pool) string {
 	if err := pool.Ping(ctx); err != nil {
 		return "database unreachable"
 	}
-	applied, expected, err := pg.SchemaVersion(ctx, pool)
+	c, err := pg.CheckCompatibility(ctx, pool)
 	if err != nil {
 		return "schema version unknown"
 	}
-	if applied != expected {
-		return "schema version mismatch"
+	if !c.Compatible {
+		return "schema version incompatible"
 	}
 	return ""
 }

@@ -29,6 +29,7 @@ type TestSignals struct {
 	FinishGroup <-chan [2]int   // before each finish transaction: its jobs and target rows
 	Lost        <-chan string   // a claim was lost: its metrics.Lost* reason
 	Outcome     <-chan string   // a claim settled: its metrics.Outcome* value ("" abandoned)
+	SchemaGate  <-chan bool     // after each schema compatibility check: whether claiming is allowed
 }
 
 // SetUpTest installs hooks and sets up the test signals; call before Start.
@@ -42,8 +43,9 @@ func (w *Worker) SetUpTest(h TestHooks) TestSignals {
 	s.finishGroup.init()
 	s.lost.init()
 	s.outcome.init()
+	s.schemaGate.init()
 	return TestSignals{Claimed: s.claimed.ch, RenewRound: s.renewRound.ch, RenewBusy: s.renewBusy.ch, FinishGroup: s.finishGroup.ch,
-		Lost: s.lost.ch, Outcome: s.outcome.ch}
+		Lost: s.lost.ch, Outcome: s.outcome.ch, SchemaGate: s.schemaGate.ch}
 }
 
 // RenewOnce runs one scheduled renewal round now, on the caller's goroutine.

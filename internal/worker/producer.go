@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -41,6 +42,12 @@ type Producer struct {
 	// stopping is closed by Stop: read by the loop and by runOnce between
 	// claim statements.
 	stopping chan struct{}
+
+	// Schema gate, owned by the loop goroutine: schemaChecked is when
+	// pg.CheckCompatibility last answered (zero: never), schemaOK its
+	// verdict.
+	schemaChecked time.Time
+	schemaOK      bool
 }
 
 func newProducer(cfg *Config, db *pgxpool.Pool, claims *claimSet, runner launcher, m *metrics.Worker, log *slog.Logger, sig *testSignals) *Producer {
@@ -103,10 +110,49 @@ func (p *Producer) loop(ctx context.Context) {
 	}
 }
 
-// runOnce claims up to the free slots and launches each claim. Claiming
-// repeats while full batches come back, so a backlog drains without waiting
-// for the poll.
+// schemaCompatible reports whether this binary may claim against the
+// database's schema, re-reading pg.CheckCompatibility once
+// Config.SchemaCheckInterval passed since the last answer (and at the first
+// round). It logs one line naming both versions when the verdict changes
+// (and at the first incompatible answer), never per round. A check that
+// fails keeps the last verdict (none yet: not compatible) and is retried at
+// the next round.
+func (p *Producer) schemaCompatible(ctx context.Context) bool {
+	if !p.schemaChecked.IsZero() && time.Since(p.schemaChecked) < p.cfg.SchemaCheckInterval {
+		return p.schemaOK
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.cfg.StatementTimeout)
+	c, err := pg.CheckCompatibility(cctx, p.db)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			p.log.Warn("schema compatibility check failed; will retry at the next poll", "error_class", pg.ErrorClass(err))
+		}
+		return p.schemaOK
+	}
+	first := p.schemaChecked.IsZero()
+	p.schemaChecked = time.Now()
+	if c.Compatible != p.schemaOK || (first && !c.Compatible) {
+		if c.Compatible {
+			p.log.Info("schema compatible; claiming", "schema_version", c.Applied,
+				"binary_compat_level", pg.BinaryCompatLevel, "schema_range", fmt.Sprintf("%d..%d", pg.MinSchemaVersion, pg.MaxSchemaVersion))
+		} else {
+			p.log.Error("schema incompatible; not claiming: "+c.Reason, "schema_version", c.Applied,
+				"binary_compat_level", pg.BinaryCompatLevel, "required_binary_level", c.RequiredBinary)
+		}
+	}
+	p.schemaOK = c.Compatible
+	p.sig.schemaGate.signal(c.Compatible)
+	return p.schemaOK
+}
+
+// runOnce claims up to the free slots and launches each claim, unless the
+// schema is incompatible (schemaCompatible). Claiming repeats while full
+// batches come back, so a backlog drains without waiting for the poll.
 func (p *Producer) runOnce(ctx context.Context) {
+	if !p.schemaCompatible(ctx) {
+		return
+	}
 	for {
 		select {
 		case <-p.stopping:

@@ -36,6 +36,7 @@ type testSignals struct {
 	finishGroup testSignal[[2]int]   // completer: before each finish transaction, its jobs and target rows
 	lost        testSignal[string]   // any role: a claim was lost, with the metrics.Lost* reason
 	outcome     testSignal[string]   // executor: a claim settled, with its metrics.Outcome* value ("" abandoned)
+	schemaGate  testSignal[bool]     // producer: after each schema compatibility check, whether claiming is allowed
 
 	// beforeFinish runs on the executor after the handler returned and
 	// before its execution slot frees and the result commits.

@@ -27,6 +27,8 @@ const (
 	DefaultRetryMaxDelay  = 5 * time.Minute
 	DefaultShutdownGrace  = 30 * time.Second
 	DefaultMaxJobDuration = 6 * time.Hour
+	// DefaultSchemaCheckInterval is Config.SchemaCheckInterval's default.
+	DefaultSchemaCheckInterval = 10 * time.Second
 	// MinStatementTimeout is the floor of the default StatementTimeout,
 	// max(RenewInterval, MinStatementTimeout).
 	MinStatementTimeout = 5 * time.Second
@@ -56,6 +58,11 @@ type Config struct {
 	// PollInterval is the fallback claim interval when no wake-up arrives
 	// (DefaultPollInterval; MIGHTYETL_WORKER_POLL_INTERVAL).
 	PollInterval time.Duration
+	// SchemaCheckInterval is how often the producer re-reads the schema
+	// compatibility (pg.CheckCompatibility) before a claim round
+	// (DefaultSchemaCheckInterval). While the schema is incompatible the
+	// worker claims nothing.
+	SchemaCheckInterval time.Duration
 	// LeaseDuration is each lease's length from the database clock
 	// (DefaultLeaseDuration; MIGHTYETL_LEASE_DURATION).
 	LeaseDuration time.Duration
@@ -128,6 +135,7 @@ func StatementTimeout(renewInterval time.Duration) time.Duration {
 func (c Config) WithDefaults() Config {
 	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
 	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
+	c.SchemaCheckInterval = cmp.Or(c.SchemaCheckInterval, DefaultSchemaCheckInterval)
 	c.LeaseDuration = cmp.Or(c.LeaseDuration, DefaultLeaseDuration)
 	c.RenewInterval = cmp.Or(c.RenewInterval, DefaultRenewInterval)
 	c.SafetyMargin = cmp.Or(c.SafetyMargin, DefaultSafetyMargin)
