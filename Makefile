@@ -13,7 +13,7 @@ MODIFIED      ?= $(shell if [ -n "$$(git status --porcelain --untracked-files=no
 BUILDINFO     := github.com/mightyetl/mightyetl/internal/buildinfo
 LDFLAGS       := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) -X $(BUILDINFO).modified=$(MODIFIED)
 
-.PHONY: help run test hygiene vet fmtcheck staticcheck unit rules openapi-lint build image fmt soak console-screenshots
+.PHONY: help run test hygiene vet fmtcheck staticcheck unit rules openapi-lint migration-lint build image fmt soak console-screenshots
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -21,7 +21,7 @@ help: ## list the targets
 run: ## run the whole system in one process (etlctl dev)
 	$(GO) run ./cmd/etlctl dev
 
-test: hygiene fmtcheck vet staticcheck rules openapi-lint unit ## the README's test command: hygiene, gofmt, vet, staticcheck, rule checks, OpenAPI lint, go test -race
+test: hygiene fmtcheck vet staticcheck rules openapi-lint migration-lint unit ## the README's test command: hygiene, gofmt, vet, staticcheck, rule checks, OpenAPI lint, migration lint, go test -race
 
 # A tracked executable over 1 MB is almost always a build output committed by
 # mistake (it bloats every clone for good); the size is the blob's in the index.
@@ -53,6 +53,9 @@ rules: ## promtool check and unit-test the Prometheus alert rules (fails without
 
 openapi-lint: ## lint docs/openapi.yaml with Redocly CLI's recommended rules (pinned in tools/openapi-lint; needs node/npm)
 	tools/openapi-lint/lint.sh docs/openapi.yaml
+
+migration-lint: ## lint migrations/ with squawk (pinned in tools/migration-lint; past findings in its baseline.txt; needs node/npm)
+	tools/migration-lint/lint.sh migrations
 
 unit: ## go test -race over every package of both modules
 	$(GO) test -race -count=1 -timeout 30m ./...
