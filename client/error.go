@@ -45,6 +45,7 @@ const (
 	CodeAuthenticationOverloaded   ErrorCode = "etl_authentication_overloaded"
 	CodeOperatorRequired           ErrorCode = "etl_operator_required"
 	CodeOpsInvalidFilter           ErrorCode = "etl_ops_invalid_filter"
+	CodeSchemaIncompatible         ErrorCode = "etl_schema_incompatible"
 	CodeReplySubjectForbidden      ErrorCode = "etl_reply_subject_forbidden"
 	CodeMsgIDForbidden             ErrorCode = "etl_nats_msg_id_forbidden"
 	CodeRequestDeliveriesExhausted ErrorCode = "etl_request_deliveries_exhausted"

@@ -19,6 +19,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/natsbridge"
 	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/schemagate"
 	"github.com/mightyetl/mightyetl/internal/startstop"
 )
 
@@ -107,6 +108,12 @@ type IntakeOptions struct {
 	// it when it stops (a Stop before Start too), when Start fails, or when
 	// NewIntake fails.
 	Listener net.Listener
+	// SchemaCheckInterval is how often the schema gate re-reads
+	// pg.CheckCompatibility; zero means schemagate.DefaultInterval (10 s).
+	SchemaCheckInterval time.Duration
+	// OnSchemaCheck, when set, is called after every schema check that
+	// answered, with its verdict (a test hook).
+	OnSchemaCheck func(compatible bool)
 }
 
 // Intake is one intake process: the intake.Service on the request pool,
@@ -123,6 +130,11 @@ type Intake struct {
 	// Bridge is the process's NATS side; Bridge.Enabled is false without
 	// NATS_URL.
 	Bridge *natsbridge.Bridge
+	// SchemaGate is the schema-compatibility verdict: while it reports the
+	// schema incompatible, the HTTP API answers every POST that creates or
+	// changes a job with 503 etl_schema_incompatible and the request
+	// consumer fetches nothing.
+	SchemaGate *schemagate.Gate
 
 	cfg      config.Intake
 	listener net.Listener // IntakeOptions.Listener; nil: Start binds one
@@ -167,6 +179,12 @@ func NewIntake(cfg config.Intake, pools IntakePools, o IntakeOptions) (in *Intak
 	if err != nil {
 		return nil, err
 	}
+	gatePool := pools.Health
+	if gatePool == nil {
+		gatePool = pools.Requests
+	}
+	gate := schemagate.New(schemagate.Options{DB: gatePool, Interval: o.SchemaCheckInterval,
+		CheckTimeout: healthStatementLimit, Logger: log, OnCheck: o.OnSchemaCheck})
 	var cons *console.Console
 	if cfg.ConsoleEnabled {
 		cons, err = console.New(console.Options{DB: pools.Requests, HashKey: []byte(cfg.PrincipalHashKey), Logger: log,
@@ -191,17 +209,19 @@ func NewIntake(cfg config.Intake, pools IntakePools, o IntakeOptions) (in *Intak
 		Console:               cons,
 		Operators:             auth.NewOperators(cfg.OperatorPrincipals),
 		PrincipalHashKey:      []byte(cfg.PrincipalHashKey),
+		SchemaGate:            gate,
 	})
 	if err != nil {
 		return nil, err
 	}
 	bo := BridgeOptions(cfg.NATS, o.Name, cfg.MaxPayloadBytes)
 	bo.Pool, bo.Service, bo.Registry, bo.Log = pools.Relay, svc, reg, log
+	bo.Requests.Gate = gate
 	bridge := natsbridge.New(bo)
 	if cons != nil {
 		cons.SetRelayState(bridge.RelayState)
 	}
-	return &Intake{Service: svc, Server: srv, Bridge: bridge, cfg: cfg, listener: o.Listener}, nil
+	return &Intake{Service: svc, Server: srv, Bridge: bridge, SchemaGate: gate, cfg: cfg, listener: o.Listener}, nil
 }
 
 // sampler is the console's rate sampler, or a part that does nothing when
@@ -225,7 +245,9 @@ func (noPart) Stop(context.Context) error  { return nil }
 func processConcurrency(conns int32) int { return max(1, int(conns)/2) }
 
 // Start binds the HTTP listener (unless IntakeOptions.Listener gave one),
-// so that a taken port fails before anything started, then starts the NATS
+// so that a taken port fails before anything started, then starts the
+// schema gate (its first check runs before Start goes on, so the first
+// request and the request consumer find its verdict), then the NATS
 // bridge, then the console's rate sampler (when the console is enabled),
 // then the HTTP server on the listener (so the first request served finds
 // the relay running), and returns once the server serves. The bridge runs
@@ -250,9 +272,16 @@ func (in *Intake) Start(ctx context.Context) error {
 			in.stopUnstarted(ctx)
 			return nil, err
 		}
+		if err := in.SchemaGate.Start(ctx); err != nil {
+			_ = ln.Close()
+			in.stopUnstarted(ctx)
+			_ = in.Service.Stop(context.WithoutCancel(ctx)) // nothing submitted yet
+			return nil, err
+		}
 		if err := in.Bridge.Start(ctx); err != nil {
 			_ = ln.Close()
 			in.stopUnstarted(ctx)
+			_ = in.SchemaGate.Stop(context.WithoutCancel(ctx))
 			_ = in.Service.Stop(context.WithoutCancel(ctx)) // nothing submitted yet
 			return nil, err
 		}
@@ -262,6 +291,7 @@ func (in *Intake) Start(ctx context.Context) error {
 			defer cancel()
 			_ = in.Server.Stop(stopCtx)
 			_ = in.Bridge.Stop(stopCtx)
+			_ = in.SchemaGate.Stop(stopCtx)
 			_ = in.Service.Stop(stopCtx)
 			return nil, err
 		}
@@ -270,6 +300,7 @@ func (in *Intake) Start(ctx context.Context) error {
 			defer cancel()
 			_ = in.sampler().Stop(stopCtx)
 			_ = in.Bridge.Stop(stopCtx)
+			_ = in.SchemaGate.Stop(stopCtx)
 			_ = in.Service.Stop(stopCtx)
 			return nil, err
 		}
@@ -293,6 +324,7 @@ func (in *Intake) stop(ctx context.Context) error {
 	defer cancel()
 	_ = in.sampler().Stop(bctx) // cancels its read in flight: quick
 	_ = in.Bridge.Stop(bctx)
+	_ = in.SchemaGate.Stop(bctx) // cancels its check in flight: quick
 	// Last, the group commit: what the server and the bridge handed it has
 	// its outcome before the caller closes the pools (each flush is bounded
 	// by the intake's flush timeout).
@@ -320,4 +352,5 @@ func (in *Intake) stopUnstarted(ctx context.Context) {
 	_ = in.Server.Stop(ctx)
 	_ = in.sampler().Stop(ctx)
 	_ = in.Bridge.Stop(ctx)
+	_ = in.SchemaGate.Stop(ctx)
 }

@@ -101,6 +101,12 @@ const (
 	OperatorRequired = "etl_operator_required"
 	// OpsInvalidFilter: an operator route's filter value is unknown.
 	OpsInvalidFilter = "etl_ops_invalid_filter"
+	// SchemaIncompatible: the database's schema is outside this intake's
+	// compatible range (pg.CheckCompatibility), so it accepts no POST that
+	// creates or changes a job; retry after Retry-After seconds with the
+	// same Idempotency-Key and body (another intake, or this one once the
+	// schema or the binary is upgraded, accepts it).
+	SchemaIncompatible = "etl_schema_incompatible"
 )
 
 // Rejection codes only the NATS request consumer answers (package events).
@@ -151,7 +157,7 @@ var Problems = []string{
 	ReplaySourceActive, ReplaySourceSucceeded, ReplayGenerationExhausted, TargetUnavailable,
 	InternalError, AuthenticationRequired, PayloadTooLarge, RouteNotFound, MethodNotAllowed,
 	UnsupportedMediaType, ServerBusy, AuthenticationRateLimited, AuthenticationOverloaded,
-	OperatorRequired, OpsInvalidFilter,
+	OperatorRequired, OpsInvalidFilter, SchemaIncompatible,
 }
 
 // Rejections lists the codes only the NATS request consumer decides (a

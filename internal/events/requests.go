@@ -234,6 +234,21 @@ type RequestConsumerOptions struct {
 	// consumer while NATS is unavailable; zero means
 	// DefaultRequestSetupRetry.
 	SetupRetry time.Duration
+	// Gate, when not nil, pauses consumption while it reports the schema
+	// incompatible (the schema-compatibility contract): the consumer
+	// fetches nothing, so requests wait in the stream and no delivery is
+	// counted against MaxDeliveries; requests already fetched are handled
+	// (or, not yet handed to a handler, redelivered after AckWait). Nil
+	// never pauses.
+	Gate Gate
+}
+
+// Gate is the verdict RequestConsumerOptions.Gate pauses on
+// (schemagate.Gate implements it).
+type Gate interface {
+	// Watch returns whether consuming is allowed and a channel closed at
+	// the verdict's next change. Safe for concurrent use.
+	Watch() (open bool, changed <-chan struct{})
 }
 
 // WithDefaults returns o with every empty or non-positive field that has a
@@ -471,6 +486,10 @@ func (c *RequestConsumer) run(ctx context.Context) {
 // consumer is deleted. Each worker handles one message at a time, so at most
 // Concurrency messages are in the handler and a few more in the buffer.
 func (c *RequestConsumer) consume(ctx context.Context, cons jetstream.Consumer) {
+	gateChanged, ok := c.awaitGate(ctx)
+	if !ok {
+		return
+	}
 	work := make(chan jetstream.Msg)
 	lost := make(chan struct{})
 	var lostOnce sync.Once
@@ -517,10 +536,34 @@ func (c *RequestConsumer) consume(ctx context.Context, cons jetstream.Consumer) 
 	case <-ctx.Done():
 	case <-lost:
 		c.log.Warn("request consumer deleted; recreating it")
+	case <-gateChanged:
+		// The schema became incompatible: stop fetching; run starts over
+		// and awaitGate waits for it to become compatible again.
+		lostOnce.Do(func() { close(lost) })
 	}
 	cc.Stop()
 	<-cc.Closed()
 	wg.Wait()
+}
+
+// awaitGate waits until the gate (if any) is open and returns the channel
+// closed at its next change (nil without a gate); false when ctx ended
+// first.
+func (c *RequestConsumer) awaitGate(ctx context.Context) (<-chan struct{}, bool) {
+	if c.opts.Gate == nil {
+		return nil, true
+	}
+	for {
+		open, changed := c.opts.Gate.Watch()
+		if open {
+			return changed, true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false
+		case <-changed:
+		}
+	}
 }
 
 // handle decides one message and settles it: Ack after success, Term plus

@@ -222,10 +222,11 @@ func (a *api) registerConsole(mux *http.ServeMux) {
 	mux.Handle("/console/", a.consolePages())
 	mux.Handle("GET /console", console.SecureHeaders(http.RedirectHandler("/console/", http.StatusMovedPermanently)))
 	// ops registers an operator route; a POST route's body must be JSON
-	// (requireJSON), as on the owner's routes.
+	// (requireJSON) and it is refused while the schema is incompatible
+	// (gateSchema), as on the owner's routes.
 	ops := func(pattern string, h opsHandler) {
 		if strings.HasPrefix(pattern, http.MethodPost+" ") {
-			h = requireJSON(h)
+			h = gateSchema(a.opts.SchemaGate, requireJSON(h))
 		}
 		mux.Handle(pattern, a.operatorRoute(h))
 	}

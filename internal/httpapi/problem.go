@@ -52,6 +52,7 @@ var problemTable = map[string]problemSpec{
 	codes.AuthenticationOverloaded:  {503, "Authentication overloaded", "Password verification is at capacity; retry after Retry-After seconds."},
 	codes.OperatorRequired:          {403, "Operator required", "This resource is for operators (MIGHTYETL_OPERATOR_PRINCIPALS or the JWT operator claim)."},
 	codes.OpsInvalidFilter:          {400, "Invalid filter", "state, kind, code, from, to, before or limit has an unknown value."},
+	codes.SchemaIncompatible:        {503, "Schema incompatible", "The database schema is not one this server may write to during an upgrade; retry after Retry-After seconds with the same Idempotency-Key and body."},
 }
 
 // problemTypePrefix starts every problem type URI.

@@ -88,6 +88,12 @@ type Options struct {
 	// PrincipalHashKey keys the operator's principal scope hash (the same
 	// MIGHTYETL_PRINCIPAL_HASH_KEY as the Service's).
 	PrincipalHashKey []byte
+	// SchemaGate, when not nil, refuses every POST that creates or changes
+	// a job (submit, diagnostic jobs, cancellation, replays, process, the
+	// operator's replay) with 503 etl_schema_incompatible and Retry-After
+	// while it reports the schema incompatible; GETs are served. Nil
+	// refuses nothing.
+	SchemaGate SchemaGate
 }
 
 // WithDefaults returns o with every zero field that has a default set to
@@ -159,7 +165,8 @@ func NewHandler(opts Options) (http.Handler, error) {
 		})
 	}
 	// post registers a POST route: a body it carries must be JSON.
-	post := func(pattern string, h apiHandler) { route(pattern, requireJSON(h)) }
+	// While the schema is incompatible it answers 503 etl_schema_incompatible.
+	post := func(pattern string, h apiHandler) { route(pattern, gateSchema(opts.SchemaGate, requireJSON(h))) }
 	post("POST /api/etl/jobs", a.submit(""))
 	route("GET /api/etl/jobs", a.list)
 	allow("/api/etl/jobs", "GET, HEAD, POST")

@@ -17,8 +17,8 @@ import (
 
 // Intake loads the intake's configuration from getenv, opens its pools
 // (closed when t ends), builds app.Intake named name with a discarding
-// logger and a registry of its own, and starts its group commit (stopped
-// when t ends). Nothing else runs: the caller starts the HTTP server or the
+// logger and a registry of its own, and starts its group commit and its
+// schema gate (both stopped when t ends). Nothing else runs: the caller starts the HTTP server or the
 // bridge it needs and stops it before t's clean-up closes the pools.
 func Intake(t testing.TB, getenv func(string) string, name string) *app.Intake {
 	t.Helper()
@@ -46,6 +46,12 @@ func Intake(t testing.TB, getenv func(string) string, name string) *app.Intake {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = in.Service.Stop(context.Background()) })
+	// The schema gate refuses submissions and pauses the request consumer
+	// until it has seen a compatible schema: start it too.
+	if err := in.SchemaGate.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = in.SchemaGate.Stop(context.Background()) })
 	return in
 }
 
