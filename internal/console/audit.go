@@ -24,7 +24,7 @@ type AuditQuery struct {
 // ParseAuditQuery parses before (a record id from a previous page's
 // nextBefore) and limit (20, 50 or 100); anything else is an error.
 func ParseAuditQuery(q url.Values) (AuditQuery, error) {
-	a := AuditQuery{Limit: 50}
+	var a AuditQuery
 	if v := q.Get("before"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 1 {
@@ -32,15 +32,11 @@ func ParseAuditQuery(q url.Values) (AuditQuery, error) {
 		}
 		a.Before = n
 	}
-	switch q.Get("limit") {
-	case "", "50":
-	case "20":
-		a.Limit = 20
-	case "100":
-		a.Limit = 100
-	default:
+	limit, ok := parsePageLimit(q.Get("limit"))
+	if !ok {
 		return AuditQuery{}, errBadFilter
 	}
+	a.Limit = limit
 	return a, nil
 }
 

@@ -3,6 +3,7 @@ package console
 import (
 	"errors"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,7 +31,7 @@ var errBadFilter = errors.New("invalid filter")
 // ParseFilter parses state, kind, code, from, to, before and limit;
 // unknown values are errors (never a silent widening of the filter).
 func ParseFilter(q url.Values) (Filter, error) {
-	f := Filter{Limit: 50}
+	f := Filter{Limit: defaultPageLimit}
 	f.Status = strings.TrimSpace(q.Get("state"))
 	switch f.Status {
 	case "", pg.StatusPending, pg.StatusRunning, pg.StatusSucceeded, pg.StatusFailed, pg.StatusCancelled:
@@ -74,16 +75,28 @@ func ParseFilter(q url.Values) (Filter, error) {
 		}
 		f.Before = &id
 	}
-	switch q.Get("limit") {
-	case "", "50":
-	case "20":
-		f.Limit = 20
-	case "100":
-		f.Limit = 100
-	default:
+	limit, ok := parsePageLimit(q.Get("limit"))
+	if !ok {
 		return Filter{}, errBadFilter
 	}
+	f.Limit = limit
 	return f, nil
+}
+
+// defaultPageLimit is the rows of a console list page without ?limit=.
+const defaultPageLimit = 50
+
+// parsePageLimit reads a list page's ?limit=: empty means defaultPageLimit,
+// and only 20, 50 and 100 are accepted (ok false otherwise).
+func parsePageLimit(v string) (limit int, ok bool) {
+	switch v {
+	case "":
+		return defaultPageLimit, true
+	case "20", "50", "100":
+		n, _ := strconv.Atoi(v)
+		return n, true
+	}
+	return 0, false
 }
 
 // Query renders f as a query string (without before unless keep).
@@ -106,7 +119,7 @@ func (f Filter) Query(keepBefore bool) url.Values {
 	if keepBefore && f.Before != nil {
 		q.Set("before", f.Before.String())
 	}
-	if f.Limit != 50 && f.Limit != 0 {
+	if f.Limit != defaultPageLimit && f.Limit != 0 {
 		q.Set("limit", itoa(f.Limit))
 	}
 	return q
