@@ -18,6 +18,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/natstest"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
+	"github.com/mightyetl/mightyetl/internal/testwait"
 )
 
 // oneUser authenticates every request as one principal.
@@ -116,18 +117,13 @@ func TestIntakeRefusesSubmissionsWhileTheSchemaIsIncompatible(t *testing.T) {
 	msg := nats.NewMsg(subject)
 	msg.Data = []byte(`[{"id":"gate-2","name":"b"}]`)
 	msg.Header.Set(events.IdempotencyKeyHeader, "key-schema-gate-0002")
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	// The stream may still be being created: publish until it is stored.
+	testwait.For(t, 30*time.Second, "the request published to its stream", func() bool {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
 		_, err := js.PublishMsg(pctx, msg)
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("publish the request: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond) // the stream is being created
-	}
+		return err == nil
+	})
 	// Two full checks after the publish, each answering incompatible: the
 	// consumer stayed paused through them.
 	awaitCheck(false, "first check after the publish")
@@ -148,12 +144,9 @@ func TestIntakeRefusesSubmissionsWhileTheSchemaIsIncompatible(t *testing.T) {
 	if status, _, code := post(t, base+"/api/etl/jobs", key, body); status != 202 {
 		t.Fatalf("submit once compatible: %d %q, want 202", status, code)
 	}
-	for deadline := time.Now().Add(30 * time.Second); countJobs(t, pool) != 2; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the NATS request did not become a job once compatible (%d jobs)", countJobs(t, pool))
-		}
-		time.Sleep(20 * time.Millisecond) // polling a condition with a deadline
-	}
+	testwait.For(t, 30*time.Second, "the NATS request to become a job once compatible", func() bool {
+		return countJobs(t, pool) == 2
+	})
 }
 
 // post submits body with key and returns the status, headers and, for a
