@@ -160,7 +160,17 @@ func (s *System) startIntake(ctx context.Context, databaseURL, credsFile string)
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	s.IntakeURL = "http://" + addr
-	env := s.env(
+	env := s.intakeEnv(databaseURL, credsFile, addr)
+	readyz := s.IntakeURL + "/readyz"
+	s.Intake = NewProcess("intake", s.Bins.Intake, env, filepath.Join(s.cfg.RunDir, "intake.log"),
+		func(ctx context.Context) bool { return httpOK(ctx, s.client, readyz) })
+	return s.Intake.Start(ctx, readyWithin)
+}
+
+// intakeEnv is the intake's environment: databaseURL, the Basic credentials
+// file and the HTTP listen address.
+func (s *System) intakeEnv(databaseURL, credsFile, addr string) []string {
+	return s.env(
 		"DATABASE_URL="+databaseURL,
 		"MIGHTYETL_HTTP_ADDR="+addr,
 		"MIGHTYETL_AUTH_MODE=basic",
@@ -175,10 +185,6 @@ func (s *System) startIntake(ctx context.Context, databaseURL, credsFile string)
 		"MIGHTYETL_NATS_REQUESTS_ENABLED=true",
 		"MIGHTYETL_OUTBOX_POLL_INTERVAL="+outboxPoll,
 	)
-	readyz := s.IntakeURL + "/readyz"
-	s.Intake = NewProcess("intake", s.Bins.Intake, env, filepath.Join(s.cfg.RunDir, "intake.log"),
-		func(ctx context.Context) bool { return httpOK(ctx, s.client, readyz) })
-	return s.Intake.Start(ctx, readyWithin)
 }
 
 func (s *System) startWorker(ctx context.Context, i int, databaseURL string) error {
@@ -188,9 +194,21 @@ func (s *System) startWorker(ctx context.Context, i int, databaseURL string) err
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	name := "worker-" + strconv.Itoa(i+1)
-	env := s.env(
+	env := s.workerEnv("faultinject-"+name, databaseURL, addr)
+	base := "http://" + addr
+	s.WorkerURLs = append(s.WorkerURLs, base)
+	p := NewProcess(name, s.Bins.Worker, env, filepath.Join(s.cfg.RunDir, name+".log"),
+		func(ctx context.Context) bool { return httpOK(ctx, s.client, base+"/healthz") })
+	s.Workers = append(s.Workers, p)
+	return p.Start(ctx, readyWithin)
+}
+
+// workerEnv is a worker's environment: its worker id, databaseURL and the
+// metrics listen address.
+func (s *System) workerEnv(workerID, databaseURL, addr string) []string {
+	return s.env(
 		"DATABASE_URL="+databaseURL,
-		"MIGHTYETL_WORKER_ID=faultinject-"+name,
+		"MIGHTYETL_WORKER_ID="+workerID,
 		"MIGHTYETL_WORKER_CONCURRENCY="+workerConcurrency,
 		"MIGHTYETL_WORKER_POLL_INTERVAL="+workerPoll,
 		"MIGHTYETL_LEASE_DURATION="+leaseDuration,
@@ -203,12 +221,6 @@ func (s *System) startWorker(ctx context.Context, i int, databaseURL string) err
 		"NATS_URL="+s.NATS.URL(),
 		"MIGHTYETL_NATS_SUBJECT_PREFIX="+s.Prefix,
 	)
-	base := "http://" + addr
-	s.WorkerURLs = append(s.WorkerURLs, base)
-	p := NewProcess(name, s.Bins.Worker, env, filepath.Join(s.cfg.RunDir, name+".log"),
-		func(ctx context.Context) bool { return httpOK(ctx, s.client, base+"/healthz") })
-	s.Workers = append(s.Workers, p)
-	return p.Start(ctx, readyWithin)
 }
 
 // env is the harness's environment without any mightyETL, database or NATS
