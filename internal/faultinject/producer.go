@@ -158,10 +158,12 @@ func (p *Producers) submitHTTP(pr Principal, s *Submission, rng *rand.Rand) stri
 		s.mu.Lock()
 		s.attempts++
 		s.mu.Unlock()
-		status, code, body, err := p.post(pr, s.Path, s.Key, s.Body)
+		status, code, body, retryAfter, err := p.post(pr, s.Path, s.Key, s.Body)
+		wait := jitter(rng, retryMin, retryMax)
 		switch {
 		case err != nil:
 			p.ledger.response("http transport error")
+			p.ledger.refused(s, "http transport error")
 		case status == http.StatusAccepted:
 			p.ledger.response("http 202")
 			var r struct {
@@ -181,24 +183,45 @@ func (p *Producers) submitHTTP(pr Principal, s *Submission, rng *rand.Rand) stri
 			return ""
 		case status >= 500:
 			// Retry with the same key and body, as the contract says for
-			// 503; a 500 is retried too but counted on its own.
+			// 503, after its Retry-After when it has one; a 500 is
+			// retried too but counted on its own.
 			p.ledger.response("http " + strconv.Itoa(status) + " " + code)
+			class := "http " + strconv.Itoa(status) + " " + code
+			if status == http.StatusServiceUnavailable {
+				if d, ok := parseRetryAfter(retryAfter); ok {
+					class += " with Retry-After"
+					wait = d + jitter(rng, 0, retryMin)
+				} else {
+					class += " without Retry-After"
+				}
+			}
+			p.ledger.refused(s, class)
 		default:
 			p.ledger.response("http " + strconv.Itoa(status) + " " + code)
 			p.ledger.unexpectedAnswer("submit: http " + strconv.Itoa(status) + " " + code)
 		}
-		if !sleep(p.finish, jitter(rng, retryMin, retryMax)) {
+		if !sleep(p.finish, wait) {
 			p.ledger.gaveUp()
 			return ""
 		}
 	}
 }
 
+// parseRetryAfter reads a Retry-After of delay-seconds (RFC 9110 10.2.3;
+// the intake never sends the HTTP-date form).
+func parseRetryAfter(v string) (time.Duration, bool) {
+	n, err := strconv.Atoi(v)
+	if v == "" || err != nil || n < 0 {
+		return 0, false
+	}
+	return time.Duration(n) * time.Second, true
+}
+
 // cancelHTTP cancels jobID with a key of its own until a definitive answer.
 func (p *Producers) cancelHTTP(pr Principal, s *Submission, jobID string, rng *rand.Rand) {
 	key := newKey("fi-cancel")
 	for {
-		status, code, _, err := p.post(pr, "/api/etl/jobs/"+jobID+"/cancellation", key, nil)
+		status, code, _, _, err := p.post(pr, "/api/etl/jobs/"+jobID+"/cancellation", key, nil)
 		ans := CancelNone
 		switch {
 		case err != nil:
@@ -209,6 +232,8 @@ func (p *Producers) cancelHTTP(pr Principal, s *Submission, jobID string, rng *r
 			ans = CancelSucceeded
 		case status == http.StatusConflict && code == codes.AlreadyFailed:
 			ans = CancelFailed
+		case status == http.StatusNotFound && code == codes.JobNotFound:
+			ans = CancelNotFound
 		case status >= 500:
 			p.ledger.response("cancel " + strconv.Itoa(status) + " " + code)
 		default:
@@ -228,13 +253,14 @@ func (p *Producers) cancelHTTP(pr Principal, s *Submission, jobID string, rng *r
 }
 
 // post sends one POST with Basic auth and an Idempotency-Key and returns
-// the status, the problem's errorCode (if any) and the body.
-func (p *Producers) post(pr Principal, path, key string, body []byte) (int, string, []byte, error) {
+// the status, the problem's errorCode (if any), the body and the
+// Retry-After header.
+func (p *Producers) post(pr Principal, path, key string, body []byte) (int, string, []byte, string, error) {
 	ctx, cancel := context.WithTimeout(p.finish, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.sys.IntakeURL+path, bytes.NewReader(body))
 	if err != nil {
-		return 0, "", nil, err
+		return 0, "", nil, "", err
 	}
 	req.Header.Set("Authorization", pr.Authorization)
 	req.Header.Set("Idempotency-Key", key)
@@ -243,12 +269,12 @@ func (p *Producers) post(pr Principal, path, key string, body []byte) (int, stri
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return 0, "", nil, err
+		return 0, "", nil, "", err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return 0, "", nil, err
+		return 0, "", nil, "", err
 	}
 	var prob struct {
 		ErrorCode string `json:"errorCode"`
@@ -256,7 +282,7 @@ func (p *Producers) post(pr Principal, path, key string, body []byte) (int, stri
 	if resp.StatusCode >= 400 {
 		_ = json.Unmarshal(b, &prob)
 	}
-	return resp.StatusCode, prob.ErrorCode, b, nil
+	return resp.StatusCode, prob.ErrorCode, b, resp.Header.Get("Retry-After"), nil
 }
 
 // runNATS submits valid ETL jobs as JetStream requests until stop.

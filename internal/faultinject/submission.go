@@ -45,6 +45,9 @@ const (
 	CancelDone      = "cancelled" // 200: the job must be CANCELLED
 	CancelSucceeded = "succeeded" // 409 etl_job_already_succeeded
 	CancelFailed    = "failed"    // 409 etl_job_already_failed
+	// CancelNotFound is 404 etl_job_not_found: right only for a job an
+	// asynchronous failover lost (Checker.AcceptLoss), a violation otherwise.
+	CancelNotFound = "not_found"
 )
 
 // Submission is one idempotency key and its exact body, and what the
@@ -65,18 +68,28 @@ type Submission struct {
 	jobIDs    map[string]int // every job id an acknowledgement named
 	rejected  bool           // the expected 422 of KindInvalid
 	cancelAns string
+	// firstRefused is when the intake first refused the submission (a
+	// 5xx or a transport error), zero when it never did.
+	firstRefused time.Time
 }
 
-func (s *Submission) ack(jobID string) {
+// ack records an acknowledgement naming jobID. On the first one it
+// returns how long after the first refusal it came (0 when never refused)
+// and true.
+func (s *Submission) ack(jobID string) (sinceRefused time.Duration, first bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.acked {
-		s.acked, s.ackedAt = true, time.Now()
+		s.acked, s.ackedAt, first = true, time.Now(), true
+		if !s.firstRefused.IsZero() {
+			sinceRefused = s.ackedAt.Sub(s.firstRefused)
+		}
 	}
 	if s.jobIDs == nil {
 		s.jobIDs = map[string]int{}
 	}
 	s.jobIDs[jobID]++
+	return sinceRefused, first
 }
 
 // State is a snapshot of a submission's answers.
@@ -110,11 +123,49 @@ type Ledger struct {
 	responses   map[string]int // "http 202", "http 503 etl_target_unavailable", "nats reply", ...
 	unexpected  map[string]int // answers no correct system gives (a violation each)
 	unackedLeft int            // submissions still unacknowledged when producers gave up
+	// refusals counts the intake's refusals of a submission by class
+	// ("http 503 <code> with Retry-After", "http transport error", ...);
+	// acceptWaits are, per refused submission that was then acknowledged,
+	// the time from its first refusal to its acknowledgement.
+	refusals    map[string]int
+	acceptWaits []time.Duration
 }
 
 // NewLedger returns an empty ledger.
 func NewLedger() *Ledger {
-	return &Ledger{responses: map[string]int{}, unexpected: map[string]int{}}
+	return &Ledger{responses: map[string]int{}, unexpected: map[string]int{}, refusals: map[string]int{}}
+}
+
+// refused records a refusal of s (class as in Refusals).
+func (l *Ledger) refused(s *Submission, class string) {
+	s.mu.Lock()
+	if s.firstRefused.IsZero() && !s.acked {
+		s.firstRefused = time.Now()
+	}
+	s.mu.Unlock()
+	l.mu.Lock()
+	l.refusals[class]++
+	l.mu.Unlock()
+}
+
+// Refusals returns the count of each class of refusal of a submission:
+// "http 503 <errorCode> with Retry-After", "http 503 <errorCode> without
+// Retry-After", "http <status> <errorCode>" for other 5xx, and "http
+// transport error".
+func (l *Ledger) Refusals() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return copyCounts(l.refusals)
+}
+
+// AcceptWaits returns, for every refused submission later acknowledged,
+// the time from its first refusal to its acknowledgement, sorted.
+func (l *Ledger) AcceptWaits() []time.Duration {
+	l.mu.Lock()
+	out := append([]time.Duration(nil), l.acceptWaits...)
+	l.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
 }
 
 func (l *Ledger) add(s *Submission) {
@@ -136,9 +187,12 @@ func (l *Ledger) unexpectedAnswer(what string) {
 }
 
 func (l *Ledger) acked(s *Submission, jobID string) {
-	s.ack(jobID)
+	wait, first := s.ack(jobID)
 	l.mu.Lock()
 	l.ackTimes = append(l.ackTimes, time.Now())
+	if first && wait > 0 {
+		l.acceptWaits = append(l.acceptWaits, wait)
+	}
 	l.mu.Unlock()
 }
 
