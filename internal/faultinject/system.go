@@ -54,6 +54,9 @@ type Config struct {
 	// HTTPPrincipals and NATSPrincipals are how many principals submit over
 	// each path; zero means 3 and 2.
 	HTTPPrincipals, NATSPrincipals int
+	// Replication gives PostgreSQL a streaming standby (failover.go);
+	// zero means none.
+	Replication Replication
 }
 
 // System is the whole deployment under test: a private PostgreSQL, a
@@ -65,6 +68,7 @@ type System struct {
 	cfg        Config
 	Bins       Binaries
 	PG         *Postgres
+	Standby    *Postgres // nil unless Config.Replication
 	NATS       *NATSServer
 	Proxy      *Proxy
 	Intake     *Process
@@ -115,10 +119,20 @@ func StartSystem(ctx context.Context, cfg Config) (s *System, err error) {
 	if s.PG, err = NewPostgres(ctx); err != nil {
 		return s, err
 	}
+	if cfg.Replication != ReplicationNone {
+		if err = s.PG.EnableReplication(); err != nil {
+			return s, err
+		}
+	}
 	if err = s.PG.Start(ctx); err != nil {
 		return s, err
 	}
-	directURL := s.PG.URL(databaseName)
+	if cfg.Replication != ReplicationNone {
+		if err = s.startStandby(ctx); err != nil {
+			return s, err
+		}
+	}
+	directURL := s.intakeDatabaseURL()
 	if out, merr := s.command(ctx, s.Bins.Etlctl, []string{"migrate", "up"}, "DATABASE_URL="+directURL).CombinedOutput(); merr != nil {
 		return s, fmt.Errorf("etlctl migrate up: %v: %s", merr, lastLines(out, 5))
 	}
@@ -144,7 +158,7 @@ func StartSystem(ctx context.Context, cfg Config) (s *System, err error) {
 	if err = s.startIntake(runCtx, directURL, credsFile); err != nil {
 		return s, err
 	}
-	workerURL := "postgres://postgres@" + s.Proxy.Addr() + "/" + databaseName + "?sslmode=disable"
+	workerURL := s.workerDatabaseURL()
 	for i := range cfg.Workers {
 		if err = s.startWorker(runCtx, i, workerURL); err != nil {
 			return s, err
@@ -280,6 +294,9 @@ func (s *System) Stop(ctx context.Context) {
 	}
 	if s.PG != nil {
 		_ = s.PG.Remove(ctx)
+	}
+	if s.Standby != nil {
+		_ = s.Standby.Remove(ctx)
 	}
 	s.client.CloseIdleConnections()
 }
