@@ -1,6 +1,6 @@
 // Command etlctl is mightyETL's operator tool:
 //
-//	etlctl migrate up|down|status   apply, roll back one, or list migrations (creates the database if missing)
+//	etlctl migrate up|down|status   apply, roll back one (or -to a version), or list migrations (creates the database if missing)
 //	etlctl credentials hash NAME    read a password on stdin, print the "NAME:argon2id-hash" line
 //	etlctl relay                    run the outbox relay alone (needs NATS_URL)
 //	etlctl prune                    delete old terminal jobs, ledger rows no replay needs and old audit records
@@ -22,7 +22,7 @@ func main() {
 }
 
 const usage = `usage:
-  etlctl migrate up|down|status
+  etlctl migrate up|down|status [-to VERSION]
   etlctl credentials hash <principal>   (password on standard input)
   etlctl relay
   etlctl prune [-terminal-jobs-older-than 720h] [-ledger-older-than 720h] [-audit-older-than 2160h]

@@ -5,26 +5,59 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mightyetl/mightyetl/internal/config"
 	"github.com/mightyetl/mightyetl/internal/pg"
 )
 
+const migrateUsage = "usage: etlctl migrate up|down|status [-to VERSION] [-database-url URL]"
+
 func runMigrate(args []string) int {
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: etlctl migrate up|down|status [-database-url URL]")
+		fmt.Fprintln(os.Stderr, migrateUsage)
 		return 2
 	}
 	verb := args[0]
-	var databaseURL string
+	var databaseURL, toRaw string
 	l := config.NewLoader("etlctl migrate", args[1:], os.Getenv)
 	l.String(&databaseURL, "DATABASE_URL", "database-url", config.DefaultDatabaseURL, "PostgreSQL URL", nil)
+	l.String(&toRaw, "MIGHTYETL_MIGRATE_TO", "to", "",
+		"target schema version: up applies migrations up to it, down rolls back to it exactly (default: up applies all, down rolls back one)",
+		func(s string) error {
+			if s == "" {
+				return nil
+			}
+			if n, err := strconv.ParseInt(s, 10, 64); err != nil || n < 0 {
+				return fmt.Errorf("must be a schema version (an integer of 0 or more)")
+			}
+			return nil
+		})
 	if err := l.Parse(); err != nil {
-		fmt.Fprintf(os.Stderr, "etlctl migrate: %v\n", err)
+		fmt.Fprintf(os.Stderr, "etlctl migrate: %v\n%s\n", err, migrateUsage)
 		return 2
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	switch verb {
+	case "up", "down", "status":
+	default:
+		fmt.Fprintf(os.Stderr, "etlctl migrate: unknown verb %q (want up, down or status)\n", verb)
+		return 2
+	}
+	to := int64(-1)
+	if toRaw != "" {
+		if verb == "status" {
+			fmt.Fprintln(os.Stderr, "etlctl migrate: -to applies to up and down, not status")
+			return 2
+		}
+		to, _ = strconv.ParseInt(toRaw, 10, 64)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	if verb == "up" {
@@ -39,16 +72,20 @@ func runMigrate(args []string) int {
 		return 1
 	}
 	defer pool.Close()
-	switch verb {
-	case "up":
-		err = pg.Migrate(ctx, pool)
-	case "down":
-		err = pg.MigrateDown(ctx, pool)
-	case "status":
+	if to >= 0 {
+		if code := checkTarget(ctx, pool, verb, to); code != 0 {
+			return code
+		}
+	}
+	switch {
+	case verb == "status":
 		err = pg.MigrationStatus(ctx, pool, os.Stdout)
+	case to >= 0:
+		err = pg.MigrateTo(ctx, pool, to)
+	case verb == "up":
+		err = pg.Migrate(ctx, pool)
 	default:
-		fmt.Fprintf(os.Stderr, "etlctl migrate: unknown verb %q (want up, down or status)\n", verb)
-		return 2
+		err = pg.MigrateDown(ctx, pool)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "etlctl migrate %s: %v\n", verb, err)
@@ -59,6 +96,29 @@ func runMigrate(args []string) int {
 		if err == nil {
 			fmt.Printf("schema version %d (binary expects %d)\n", applied, expected)
 		}
+	}
+	return 0
+}
+
+// checkTarget refuses a -to that points the wrong way (up to an older
+// version, down to a newer one) or past the newest migration this binary
+// carries, so `-to` never silently does nothing or the opposite of the verb.
+func checkTarget(ctx context.Context, pool *pgxpool.Pool, verb string, to int64) int {
+	applied, newest, err := pg.SchemaVersion(ctx, pool)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "etlctl migrate %s: %v\n", verb, err)
+		return 1
+	}
+	switch {
+	case verb == "up" && to > newest:
+		fmt.Fprintf(os.Stderr, "etlctl migrate up: -to %d is past this binary's newest migration %d\n", to, newest)
+		return 2
+	case verb == "up" && to < applied:
+		fmt.Fprintf(os.Stderr, "etlctl migrate up: -to %d is below the applied schema version %d (use migrate down -to %d)\n", to, applied, to)
+		return 2
+	case verb == "down" && to > applied:
+		fmt.Fprintf(os.Stderr, "etlctl migrate down: -to %d is above the applied schema version %d (use migrate up -to %d)\n", to, applied, to)
+		return 2
 	}
 	return 0
 }
