@@ -25,7 +25,7 @@ const CloudEventsContentType = "application/cloudevents+json"
 // hash, no lease id.
 type CloudEvent struct {
 	SpecVersion     string        `json:"specversion"`     // always "1.0"
-	ID              string        `json:"id"`              // Lifecycle.EventID: "<outbox id>" or "<outbox id>-<member>"
+	ID              string        `json:"id"`              // Lifecycle.EventID: "<outbox id>@<µs>" or "<outbox id>-<member>@<µs>"
 	Source          string        `json:"source"`          // DefaultSource unless configured
 	Type            string        `json:"type"`            // io.mightyetl.job.<status lowercase>
 	Time            time.Time     `json:"time"`            // when the state change committed (database clock), RFC 3339
@@ -67,14 +67,25 @@ type Lifecycle struct {
 }
 
 // EventID is the event's stable id: the outbox id in decimal for a plain
-// row, "<outbox id>-<member>" for a member of a group row. It never changes
-// for a given row and member, so a republished event keeps its id, and the
-// two forms never collide.
+// row, "<outbox id>-<member>" for a member of a group row, followed by "@"
+// and the row's occurred_at in Unix microseconds. It never changes for a
+// given row and member, so a republished event keeps its id, and the two
+// forms never collide. The time is part of it because outbox ids alone are
+// not unique across a failover to an asynchronous standby: the ids the lost
+// primary handed out last (and whose events the relay may have published)
+// are handed out again by the promoted one, and JetStream's Nats-Msg-Id
+// window (and a consumer that deduplicates by id) would drop the new events
+// as copies of the old (docs/operations/failover.md). A zero OccurredAt
+// (never from a stored row) leaves the suffix out.
 func (e Lifecycle) EventID() string {
-	if !e.Grouped {
-		return strconv.FormatInt(e.OutboxID, 10)
+	id := strconv.FormatInt(e.OutboxID, 10)
+	if e.Grouped {
+		id += "-" + strconv.Itoa(e.Member)
 	}
-	return strconv.FormatInt(e.OutboxID, 10) + "-" + strconv.Itoa(e.Member)
+	if !e.OccurredAt.IsZero() {
+		id += "@" + strconv.FormatInt(e.OccurredAt.UnixMicro(), 10)
+	}
+	return id
 }
 
 // NewCloudEvent builds the envelope of e with the given source (empty means
