@@ -86,6 +86,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		return 1
 	}
 	defer pools.Close()
+	app.LogConnBudget(log, app.IntakeConnBudget(cfg))
 	// The schema-compatibility contract (pg.CheckCompatibility): an older
 	// schema or a newer one that no longer admits this binary's level stops
 	// the start; a newer compatible schema (a rolling deploy) does not.

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -61,7 +60,7 @@ var ErrSchemaBehind = errors.New("database schema is not compatible with this bi
 // mightyetl_worker_config_info.
 func NewWorkerProcess(ctx context.Context, cfg config.Worker, provenance []config.Setting, metricsListener net.Listener, log *slog.Logger) (*WorkerProcess, error) {
 	stmtTimeout := worker.StatementTimeout(cfg.RenewInterval)
-	exec, renew, err := OpenPools(ctx, cfg.DatabaseURL, cfg.Concurrency, stmtTimeout, cfg.RenewInterval)
+	exec, renew, err := OpenPools(ctx, cfg.DatabaseURL, cfg.PoolSize, stmtTimeout, cfg.RenewInterval)
 	if err != nil {
 		if metricsListener != nil {
 			_ = metricsListener.Close()
@@ -89,6 +88,7 @@ func NewWorkerProcess(ctx context.Context, cfg config.Worker, provenance []confi
 		cfg.RenewInterval.String(), cfg.SafetyMargin.String(), strconv.Itoa(cfg.Concurrency),
 		cfg.PollInterval.String(), strconv.Itoa(cfg.MaxAttempts)).Set(1)
 	LogConfiguration(log, "worker configuration", provenance, "version", build.Version, "commit", build.Commit, "schema_version", applied)
+	LogConnBudget(log, WorkerConnBudget(cfg))
 
 	w := worker.New(worker.Config{
 		OwnerID: cfg.WorkerID, Concurrency: cfg.Concurrency, PollInterval: cfg.PollInterval,
@@ -144,9 +144,10 @@ func (p *WorkerProcess) connectNATS(ctx context.Context) error {
 }
 
 // OpenPools opens a worker's two pools on databaseURL: the execution pool
-// (claims and finishes), sized for concurrency slots and the machine, and a
-// separate two-connection renewal pool, so handlers holding every execution
-// connection can never starve renewal. Both plan each lease statement once
+// (claims, finish groups, failures) of execConns connections
+// (MIGHTYETL_WORKER_POOL_SIZE), and a separate two-connection renewal pool,
+// so handlers holding every execution connection can never starve renewal
+// (WorkerConnBudget states the sum). Both plan each lease statement once
 // per connection, as an index plan (pg.PoolOptions.PinnedPlans).
 //
 // Both are bounded on the server too, so a statement or transaction whose
@@ -156,14 +157,13 @@ func (p *WorkerProcess) connectNATS(ctx context.Context) error {
 // idle transactions by twice that; the renewal pool's statements by the
 // renewal interval and its lock waits by a quarter of it, at most a second
 // (renewal never waits on a held row: see lease.Renew).
-func OpenPools(ctx context.Context, databaseURL string, concurrency int, stmtTimeout, renewInterval time.Duration) (exec, renew *pgxpool.Pool, err error) {
-	execConns := int32(max(4, min(concurrency+2, 4*runtime.GOMAXPROCS(0)+4)))
-	exec, err = pg.NewPool(ctx, databaseURL, pg.PoolOptions{MaxConns: execConns, ApplicationName: "mightyetl-worker", PinnedPlans: true,
+func OpenPools(ctx context.Context, databaseURL string, execConns int, stmtTimeout, renewInterval time.Duration) (exec, renew *pgxpool.Pool, err error) {
+	exec, err = pg.NewPool(ctx, databaseURL, pg.PoolOptions{MaxConns: int32(execConns), ApplicationName: "mightyetl-worker", PinnedPlans: true,
 		StatementTimeout: stmtTimeout + time.Second, IdleInTransactionTimeout: 2 * (stmtTimeout + time.Second)})
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect execution pool: %w", err)
 	}
-	renew, err = pg.NewPool(ctx, databaseURL, pg.PoolOptions{MaxConns: 2, MinConns: 1, ApplicationName: "mightyetl-renewer", PinnedPlans: true,
+	renew, err = pg.NewPool(ctx, databaseURL, pg.PoolOptions{MaxConns: renewPoolConns, MinConns: 1, ApplicationName: "mightyetl-renewer", PinnedPlans: true,
 		StatementTimeout: renewInterval, LockTimeout: min(time.Second, renewInterval/4)})
 	if err != nil {
 		exec.Close()

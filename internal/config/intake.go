@@ -35,7 +35,7 @@ const (
 	// default.
 	DefaultIntakeStatementTimeout = 30 * time.Second
 	// DefaultIntakePoolSize is MIGHTYETL_INTAKE_POOL_SIZE's default.
-	DefaultIntakePoolSize = 16
+	DefaultIntakePoolSize = 8
 )
 
 // Intake is the intake binary's configuration. Durations are Go syntax.
@@ -59,7 +59,7 @@ type Intake struct {
 	ShutdownGrace         time.Duration // MIGHTYETL_SHUTDOWN_GRACE_PERIOD, default 30s
 	MaxInFlightBytes      int           // MIGHTYETL_INTAKE_MAX_INFLIGHT_BYTES, default 64 MiB (≥ MaxPayloadBytes, ≤ 1 GiB): request body bytes held at once
 	StatementTimeout      time.Duration // MIGHTYETL_INTAKE_STATEMENT_TIMEOUT, default 30s (100ms..1h): statement_timeout of the intake's pools
-	PoolSize              int           // MIGHTYETL_INTAKE_POOL_SIZE, default 16 (2..1000): request pool connections; /process may use half
+	PoolSize              int           // MIGHTYETL_INTAKE_POOL_SIZE, default 8 (2..1000): request pool connections; /process may use half
 	NATS                  NATS          // NATS_URL and friends: outbox relay and request consumer
 	ConsoleEnabled        bool          // MIGHTYETL_CONSOLE_ENABLED, default true: serve /console/ and /api/ops/
 	ConsoleBulkCancelCap  int           // MIGHTYETL_CONSOLE_BULK_CANCEL_CAP, default 100 (1..1000): most jobs one bulk cancel cancels

@@ -13,6 +13,12 @@ import (
 // DefaultDatabaseURL points at the local PostgreSQL.
 const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/mightyetl"
 
+// DefaultWorkerPoolSize is MIGHTYETL_WORKER_POOL_SIZE's default: the
+// worker's execution pool, whatever its slots and cores. Its steady demand
+// is the claim, the two finish groups and the outbox wake-up at a time;
+// docs/operations/connections.md has the budget and the measurement.
+const DefaultWorkerPoolSize = 6
+
 // DefaultMetricsAddr is MIGHTYETL_METRICS_ADDR's default: the worker's
 // metrics and health listener.
 const DefaultMetricsAddr = "127.0.0.1:9091"
@@ -28,6 +34,7 @@ type Worker struct {
 	DatabaseURL     string        // DATABASE_URL
 	WorkerID        string        // MIGHTYETL_WORKER_ID, default worker.DefaultOwnerID() (host-pid-random)
 	Concurrency     int           // MIGHTYETL_WORKER_CONCURRENCY, default 8 (1..10000)
+	PoolSize        int           // MIGHTYETL_WORKER_POOL_SIZE, default 6 (2..1000): execution pool connections
 	PollInterval    time.Duration // MIGHTYETL_WORKER_POLL_INTERVAL, default 1s (10ms..1h)
 	LeaseDuration   time.Duration // MIGHTYETL_LEASE_DURATION, default 30s (1s..24h)
 	RenewInterval   time.Duration // MIGHTYETL_LEASE_RENEW_INTERVAL, default RenewIntervalFor(lease): 10s for 30s
@@ -52,6 +59,7 @@ func RegisterWorker(l *Loader, dst *Worker) {
 		return nil
 	})
 	l.Int(&dst.Concurrency, "MIGHTYETL_WORKER_CONCURRENCY", "concurrency", worker.DefaultConcurrency, 1, 10000, "execution slots")
+	l.Int(&dst.PoolSize, "MIGHTYETL_WORKER_POOL_SIZE", "pool-size", DefaultWorkerPoolSize, 2, 1000, "execution pool connections (claims, finish groups, failures; renewal has 2 of its own)")
 	l.Duration(&dst.PollInterval, "MIGHTYETL_WORKER_POLL_INTERVAL", "poll-interval", worker.DefaultPollInterval, 10*time.Millisecond, time.Hour, "fallback claim poll interval")
 	l.Duration(&dst.LeaseDuration, "MIGHTYETL_LEASE_DURATION", "lease-duration", worker.DefaultLeaseDuration, time.Second, 24*time.Hour, "lease length (database clock)")
 	l.DerivedDuration(&dst.RenewInterval, "MIGHTYETL_LEASE_RENEW_INTERVAL", "renew-interval",
