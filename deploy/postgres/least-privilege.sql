@@ -89,6 +89,7 @@ ALTER TABLE etl_outbox_events       OWNER TO mightyetl_migrator_role;
 ALTER TABLE etl_job_claim_queue     OWNER TO mightyetl_migrator_role;
 ALTER TABLE etl_operator_audit_records OWNER TO mightyetl_migrator_role;
 ALTER TABLE etl_schema_compatibility OWNER TO mightyetl_migrator_role;
+ALTER TABLE etl_maintenance_leader OWNER TO mightyetl_migrator_role;
 ALTER VIEW  etl_outbox_job_events   OWNER TO mightyetl_migrator_role;
 ALTER SEQUENCE etl_lease_fencing_token_sequence OWNER TO mightyetl_migrator_role;
 DO $functions$
@@ -132,7 +133,8 @@ $goose$;
 -- matching column privileges.
 ------------------------------------------------------------------------------
 REVOKE ALL ON TABLE etl_job_records, etl_idempotency_records, processed_data, etl_outbox_events,
-                    etl_job_claim_queue, etl_operator_audit_records, etl_schema_compatibility
+                    etl_job_claim_queue, etl_operator_audit_records, etl_schema_compatibility,
+                    etl_maintenance_leader
     FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
 REVOKE ALL ON SEQUENCE etl_lease_fencing_token_sequence, processed_data_processed_data_id_seq
     FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;

@@ -25,7 +25,7 @@ const (
 	// MaxSchemaVersion is the newest schema this binary knows (its newest
 	// embedded migration). A newer schema is accepted only when its newest
 	// etl_schema_compatibility row admits BinaryCompatLevel.
-	MaxSchemaVersion int64 = 21
+	MaxSchemaVersion int64 = 22
 )
 
 // Compatibility is the outcome of CheckCompatibility. The zero value is
