@@ -5,7 +5,7 @@
 //
 // NATS never carries authority. Every message is advisory (wake-ups,
 // revocations: workers still claim and renew only through the database) or
-// idempotent (lifecycle events carry the outbox id as Nats-Msg-Id, requests
+// idempotent (lifecycle events carry their event id as Nats-Msg-Id, requests
 // carry the client's idempotency key, decided per principal by the
 // database). A message may be lost, repeated, delayed or reordered and the
 // system stays correct, only slower, down to the fallback poll interval.
@@ -14,7 +14,7 @@
 //
 //	p.jobs.available      core NATS  advisory wake-up, empty body, one per relay batch
 //	p.jobs.revoked        core NATS  advisory, body = the revoked job's id (UUID text)
-//	p.lifecycle.<state>   JetStream  CloudEvents JSON, Nats-Msg-Id = outbox id
+//	p.lifecycle.<state>   JetStream  CloudEvents JSON, Nats-Msg-Id = event id (outbox id@occurred µs)
 //	p.requests.<principal> JetStream job submissions, key in Mightyetl-Idempotency-Key, no Nats-Msg-Id
 //	p.rejections          core NATS  payload-free rejections of invalid requests
 //

@@ -33,9 +33,11 @@
 //     "<p>.jobs.revoked" whose body is the job id;
 //   - each job_lifecycle row becomes one JetStream message on
 //     "<p>.lifecycle.<state>" per job: a plain row one, with event id and
-//     Nats-Msg-Id = the outbox id; a group row (a worker's whole finish
-//     group, migration 00006) one per member, with the stable id
-//     "<outbox id>-<member>". All are published asynchronously and then
+//     Nats-Msg-Id = "<outbox id>@<occurred_at µs>"; a group row (a worker's
+//     whole finish group, migration 00006) one per member, with the stable
+//     id "<outbox id>-<member>@<occurred_at µs>" (events.Lifecycle.EventID:
+//     occurred_at keeps ids unique when a promoted asynchronous standby
+//     reuses outbox ids). All are published asynchronously and then
 //     awaited (bounded by PublishTimeout); a batch publishes at most
 //     BatchSize events (always at least one row);
 //   - the advisory rows and the lifecycle rows whose every event was
