@@ -192,6 +192,10 @@ func (h *harness) runScenario(ctx context.Context, name string) ([]Result, error
 		return h.intake(ctx)
 	case "intake-binary":
 		return h.intakeBinary(ctx)
+	case "lockprobe":
+		return h.lockProbe(ctx)
+	case "fleet":
+		return h.fleet(ctx)
 	}
 	return nil, fmt.Errorf("unknown scenario %q", name)
 }

@@ -8,6 +8,13 @@
 //	go run ./bench -scenarios burndown,continuous,pickup,crash,scale,resources -quick
 //	go run ./bench -peers river -nats-url nats://127.0.0.1:4222 -json results.json
 //
+// The lockprobe scenario runs only when named: it populates a database at
+// the previous release's schema and measures how long each later migration
+// blocks a claim, a renewal and a status read (docs/operations/upgrades.md):
+//
+//	go run ./bench -scenarios lockprobe -json lockprobe.json
+//	go run ./bench -scenarios lockprobe -lockprobe-historic
+//
 // With -peers river it also runs bench/peers/river (a separate Go module,
 // never imported here) against a sibling database on the same server and
 // prints mightyETL/River ratios from the same run.
@@ -39,6 +46,9 @@ const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/mightyetl_bench"
 
 // allScenarios run by default, in this order.
 var allScenarios = []string{"burndown", "continuous", "pickup", "crash", "scale", "resources", "intake", "intake-binary"}
+
+// optInScenarios run only when named in -scenarios.
+var optInScenarios = []string{"lockprobe", "fleet"}
 
 // options are the command-line settings of one run.
 type options struct {
@@ -80,7 +90,11 @@ type options struct {
 	ResourcesWindow time.Duration `json:"resources_window_ns"`
 	// RunningJobs is the number of concurrently running jobs for resources.
 	RunningJobs int `json:"running_jobs"`
-	out         io.Writer
+	// LockProbe are the lockprobe scenario's settings (bench/lockprobe.go).
+	LockProbe lockProbeOptions `json:"lockprobe"`
+	// Fleet are the fleet scenario's settings (bench/fleet.go).
+	Fleet fleetOptions `json:"fleet"`
+	out   io.Writer
 }
 
 func main() {
@@ -148,7 +162,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
-	scen := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios: "+strings.Join(allScenarios, ","))
+	scen := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios: "+strings.Join(allScenarios, ",")+
+		" (default), "+strings.Join(optInScenarios, ",")+" (only when named)")
 	fs.BoolVar(&o.Quick, "quick", false, "small sizes and short durations (seconds per scenario)")
 	fs.IntVar(&o.N, "n", 0, "burndown jobs (default 1000000, -quick 20000)")
 	fs.DurationVar(&o.Duration, "duration", 0, "continuous run time (default 30s, -quick 5s)")
@@ -170,6 +185,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.ExplainSlower, "explain-slower-than", 0, "profiling: auto_explain (analyze, buffers) every statement slower than this into the server log")
 	fs.StringVar(&o.IntakeClient, "intake-client", loadClientRaw, "intake scenarios' HTTP load generator: raw (one keep-alive connection per client, requests prepared once, like wrk) or nethttp (Go's net/http client, about 40 CPU-µs per request on the shared cores)")
 	fs.IntVar(&o.RunningJobs, "running-jobs", 1000, "resources: concurrently running diagnostic jobs")
+	fs.Int64Var(&o.LockProbe.From, "lockprobe-from", 0, "lockprobe: schema version the database is populated at (0: the previous release's, 21; -lockprobe-historic: 13)")
+	fs.Int64Var(&o.LockProbe.To, "lockprobe-to", 0, "lockprobe: last migration applied (0: the newest embedded; -lockprobe-historic: 16)")
+	fs.IntVar(&o.LockProbe.Jobs, "lockprobe-jobs", 0, "lockprobe: jobs in the populated database (default 1000000, -quick 20000)")
+	fs.DurationVar(&o.LockProbe.Interval, "lockprobe-interval", 50*time.Millisecond, "lockprobe: how often each probe (claim, renewal, status read) issues its statement")
+	fs.DurationVar(&o.LockProbe.Settle, "lockprobe-settle", time.Second, "lockprobe: probe-only pause before the first migration and after each")
+	fs.BoolVar(&o.LockProbe.Historic, "lockprobe-historic", false, "lockprobe: start at schema 13 and apply 00014..00016 (not online; they predate the rules)")
+	addFleetFlags(fs, &o.Fleet)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -181,7 +203,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		if s == "" {
 			continue
 		}
-		if !contains(allScenarios, s) {
+		if !contains(allScenarios, s) && !contains(optInScenarios, s) {
 			return o, fmt.Errorf("-scenarios: unknown scenario %q", s)
 		}
 		o.Scenarios = append(o.Scenarios, s)
@@ -254,6 +276,9 @@ func (o *options) defaults() {
 		} else {
 			o.CrashLeases = []time.Duration{30 * time.Second, 5 * time.Second}
 		}
+	}
+	if o.LockProbe.Jobs == 0 {
+		o.LockProbe.Jobs = pick(1_000_000, 20_000)
 	}
 	if o.ResourcesWindow == 0 {
 		o.ResourcesWindow = pickD(30*time.Second, 5*time.Second)

@@ -41,6 +41,7 @@ func printTable(w io.Writer, rep *Report) {
 		}
 	}
 	_ = tw.Flush()
+	printLockProbeTable(w, rep.Results)
 	if len(rep.Ratios) > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
