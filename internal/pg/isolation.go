@@ -26,7 +26,7 @@ var readCommitted = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 type readCommittedBeginner struct{ db TxStarter }
 
 func (b readCommittedBeginner) Begin(ctx context.Context) (pgx.Tx, error) {
-	return b.db.BeginTx(ctx, readCommitted)
+	return beginTx(ctx, b.db, readCommitted)
 }
 
 // withReadCommittedTx is WithTx at READ COMMITTED when db can begin a

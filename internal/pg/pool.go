@@ -44,6 +44,10 @@ type PoolOptions struct {
 	// be a sequential scan, kept until the next ANALYZE of the table; the
 	// enable_* settings rule that out.
 	PinnedPlans bool
+	// Pooler is what sits between the pool and PostgreSQL
+	// (MIGHTYETL_DATABASE_POOLER); zero means PoolerNone. PoolerTransaction
+	// keeps every setting above out of the session: see PoolerTransaction.
+	Pooler Pooler
 }
 
 // pinnedPlanParams are the session settings of PoolOptions.PinnedPlans.
@@ -56,8 +60,33 @@ var pinnedPlanParams = map[string]string{
 	"enable_sort":       "off",
 }
 
+// sessionSettings are the PostgreSQL settings opts asks for on every
+// connection of the pool (by name, values as PostgreSQL reads them).
+func sessionSettings(opts PoolOptions) map[string]string {
+	s := map[string]string{}
+	if opts.PinnedPlans {
+		for k, v := range pinnedPlanParams {
+			s[k] = v
+		}
+	}
+	ms := func(d time.Duration) string { return fmt.Sprint(max(d.Milliseconds(), 1)) }
+	if opts.StatementTimeout > 0 {
+		s["statement_timeout"] = ms(opts.StatementTimeout)
+	}
+	if opts.LockTimeout > 0 {
+		s["lock_timeout"] = ms(opts.LockTimeout)
+	}
+	if opts.IdleInTransactionTimeout > 0 {
+		s["idle_in_transaction_session_timeout"] = ms(opts.IdleInTransactionTimeout)
+	}
+	return s
+}
+
 // NewPool connects a pgx pool to url and pings it once so that a bad URL or an
 // unreachable server fails at start-up. The caller owns the pool and closes it.
+// Without a pooler (opts.Pooler none) the settings of opts are startup
+// parameters of every connection; with PoolerTransaction they are set in
+// each transaction begun through WithTx or Begin (see PoolerTransaction).
 func NewPool(ctx context.Context, url string, opts PoolOptions) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -72,22 +101,16 @@ func NewPool(ctx context.Context, url string, opts PoolOptions) (*pgxpool.Pool, 
 	if opts.ApplicationName != "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = opts.ApplicationName
 	}
-	if opts.PinnedPlans {
-		for k, v := range pinnedPlanParams {
-			if _, set := cfg.ConnConfig.RuntimeParams[k]; !set { // the URL's own setting wins
-				cfg.ConnConfig.RuntimeParams[k] = v
+	var setLocal string
+	if opts.Pooler.Transaction() {
+		setLocal = setLocalSQL(configureTransactionPooling(cfg, opts))
+	} else {
+		for k, v := range sessionSettings(opts) {
+			if _, set := cfg.ConnConfig.RuntimeParams[k]; set && isPinnedPlanParam(k) {
+				continue // the URL's own planner setting wins
 			}
+			cfg.ConnConfig.RuntimeParams[k] = v
 		}
-	}
-	ms := func(d time.Duration) string { return fmt.Sprint(max(d.Milliseconds(), 1)) }
-	if opts.StatementTimeout > 0 {
-		cfg.ConnConfig.RuntimeParams["statement_timeout"] = ms(opts.StatementTimeout)
-	}
-	if opts.LockTimeout > 0 {
-		cfg.ConnConfig.RuntimeParams["lock_timeout"] = ms(opts.LockTimeout)
-	}
-	if opts.IdleInTransactionTimeout > 0 {
-		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = ms(opts.IdleInTransactionTimeout)
 	}
 	if tracing.Enabled() {
 		// Statement spans named by statement, never by SQL text. Without
@@ -98,6 +121,7 @@ func NewPool(ctx context.Context, url string, opts PoolOptions) (*pgxpool.Pool, 
 	if err != nil {
 		return nil, fmt.Errorf("create pool: %w", err)
 	}
+	registerTxSettings(pool, setLocal)
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("ping database: %w", err)
@@ -119,12 +143,13 @@ type TxBeginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// WithTx runs fn in a transaction on db and commits when fn returns nil. Any
+// WithTx runs fn in a transaction on db (begun by Begin, so a
+// PoolerTransaction pool's settings hold in it) and commits when fn returns nil. Any
 // error from fn, or a panic, rolls the transaction back; the rollback runs on
 // a context that survives the caller's cancellation so the connection is
 // always returned clean.
 func WithTx(ctx context.Context, db TxBeginner, fn func(tx pgx.Tx) error) (err error) {
-	tx, err := db.Begin(ctx)
+	tx, err := Begin(ctx, db)
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}

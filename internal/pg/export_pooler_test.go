@@ -1,0 +1,4 @@
+package pg
+
+// InReadCommittedForTest is inReadCommitted (pooler_test.go).
+var InReadCommittedForTest = inReadCommitted
