@@ -64,6 +64,7 @@ func TestEveryFixedLabelValueStartsAtZero(t *testing.T) {
 	metrics.NewWorker(reg)
 	metrics.NewEvents(reg)
 	metrics.NewOutbox(reg)
+	metrics.NewMaintenance(reg)
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -131,6 +132,9 @@ func TestEveryFixedLabelValueStartsAtZero(t *testing.T) {
 	want("mightyetl_nats_malformed_messages_total", "kind", metrics.WakeupAvailable, metrics.WakeupRevoked)
 	want("mightyetl_nats_requests_total", "outcome", metrics.RequestAccepted, metrics.RequestRejected, metrics.RequestRetried, metrics.RequestAckFailed)
 	want("mightyetl_outbox_relay_wakeups_total", "source", metrics.WakeNotify, metrics.WakePoll, metrics.WakeReconnect)
+	want("mightyetl_maintenance_rows_pruned_total", "kind", metrics.PruneKinds...)
+	want("mightyetl_maintenance_runs_total", "outcome", metrics.RunOK, metrics.RunError, metrics.RunFenced)
+	want("mightyetl_maintenance_elections_total", "outcome", metrics.ElectionOutcomes...)
 	for _, kind := range []string{metrics.OutboxKindAvailable, metrics.OutboxKindRevoked, metrics.OutboxKindLifecycle} {
 		for _, o := range []string{metrics.OutboxPublished, metrics.OutboxFailed, metrics.OutboxDropped} {
 			k := fmt.Sprintf("mightyetl_outbox_publish_total{kind=%s,outcome=%s}", kind, o)
