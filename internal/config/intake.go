@@ -41,6 +41,7 @@ const (
 // Intake is the intake binary's configuration. Durations are Go syntax.
 type Intake struct {
 	DatabaseURL           string        // DATABASE_URL, default postgres://postgres@127.0.0.1:5432/mightyetl
+	Database              Database      // MIGHTYETL_DATABASE_POOLER, MIGHTYETL_DATABASE_DIRECT_URL
 	HTTPAddr              string        // MIGHTYETL_HTTP_ADDR, default 127.0.0.1:8080
 	AuthMode              auth.Mode     // MIGHTYETL_AUTH_MODE: deny (default) | basic | jwt
 	BasicCredentialsFile  string        // MIGHTYETL_BASIC_CREDENTIALS_FILE, required for basic
@@ -75,6 +76,7 @@ const HTTPAddrSetting = "MIGHTYETL_HTTP_ADDR / --http-addr"
 // RegisterIntake registers every intake setting on l into dst.
 func RegisterIntake(l *Loader, dst *Intake) {
 	l.String(&dst.DatabaseURL, "DATABASE_URL", "database-url", DefaultDatabaseURL, "PostgreSQL URL", nonEmpty)
+	RegisterDatabase(l, &dst.Database)
 	l.String(&dst.HTTPAddr, "MIGHTYETL_HTTP_ADDR", "http-addr", httpapi.DefaultAddr, "HTTP listen address", nonEmpty)
 	var mode string
 	l.String(&mode, "MIGHTYETL_AUTH_MODE", "auth-mode", string(auth.ModeDeny), "authentication: deny, basic or jwt", func(s string) error {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"net"
 	"net/url"
 	"strings"
@@ -13,7 +14,7 @@ import (
 // else as it is.
 func redactedValue(env, v string) string {
 	switch {
-	case strings.HasSuffix(env, "DATABASE_URL"):
+	case strings.HasSuffix(env, "DATABASE_URL"), strings.HasSuffix(env, "DATABASE_DIRECT_URL"):
 		return pg.RedactURL(v)
 	case strings.HasSuffix(env, "NATS_URL"):
 		return RedactNATSURL(v)
@@ -86,20 +87,26 @@ func natsSecrets(s string) []string {
 
 // redactError is err's text with the database settings' secrets handled as
 // pg.RedactError does and the NATS tokens and passwords replaced as well.
-func redactError(err error, databaseURL, natsURL string) string {
-	return pg.RedactError(err, databaseURL, natsSecrets(natsURL)...)
+func redactError(err error, databaseURL, natsURL string, more ...string) string {
+	msg := pg.RedactError(err, databaseURL, natsSecrets(natsURL)...)
+	for _, u := range more { // MIGHTYETL_DATABASE_DIRECT_URL
+		if u != "" && msg != "" {
+			msg = pg.RedactError(errors.New(msg), u)
+		}
+	}
+	return msg
 }
 
 // RedactError returns err's text for a start-up message, without the secrets
 // of the worker's DATABASE_URL and NATS_URL (see pg.RedactError). A nil err
 // gives "".
 func (w Worker) RedactError(err error) string {
-	return redactError(err, w.DatabaseURL, w.NATS.URL)
+	return redactError(err, w.DatabaseURL, w.NATS.URL, w.Database.DirectURL)
 }
 
 // RedactError returns err's text for a start-up message, without the secrets
 // of the intake's DATABASE_URL and NATS_URL (see pg.RedactError). A nil err
 // gives "".
 func (c Intake) RedactError(err error) string {
-	return redactError(err, c.DatabaseURL, c.NATS.URL)
+	return redactError(err, c.DatabaseURL, c.NATS.URL, c.Database.DirectURL)
 }

@@ -32,6 +32,7 @@ var ownerIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{8,128}$`)
 // Worker is the worker binary's configuration. Durations are Go syntax.
 type Worker struct {
 	DatabaseURL     string        // DATABASE_URL
+	Database        Database      // MIGHTYETL_DATABASE_POOLER, MIGHTYETL_DATABASE_DIRECT_URL
 	WorkerID        string        // MIGHTYETL_WORKER_ID, default worker.DefaultOwnerID() (host-pid-random)
 	Concurrency     int           // MIGHTYETL_WORKER_CONCURRENCY, default 8 (1..10000)
 	PoolSize        int           // MIGHTYETL_WORKER_POOL_SIZE, default 6 (2..1000): execution pool connections
@@ -52,6 +53,7 @@ type Worker struct {
 // RegisterWorker registers every worker setting on l into dst.
 func RegisterWorker(l *Loader, dst *Worker) {
 	l.String(&dst.DatabaseURL, "DATABASE_URL", "database-url", DefaultDatabaseURL, "PostgreSQL URL", nonEmpty)
+	RegisterDatabase(l, &dst.Database)
 	l.String(&dst.WorkerID, "MIGHTYETL_WORKER_ID", "worker-id", worker.DefaultOwnerID(), "lease owner id [A-Za-z0-9._:-]{8,128}", func(s string) error {
 		if !ownerIDPattern.MatchString(s) {
 			return errors.New("must match [A-Za-z0-9._:-]{8,128}")
