@@ -44,7 +44,7 @@ func (h *harness) startBinary(ctx context.Context, id string, env ...string) (*w
 }
 
 // spawn starts the cmd/<name> binary with DATABASE_URL set to the bench
-// database, then env, on top of this process's environment without its
+// database (-binary-database-url when set), then env and -binary-env, on top of this process's environment without its
 // MIGHTYETL_*, NATS_* and DATABASE_URL (so the caller decides every product
 // setting).
 func (h *harness) spawn(ctx context.Context, name string, env []string) (*workerProc, error) {
@@ -53,7 +53,7 @@ func (h *harness) spawn(ctx context.Context, name string, env []string) (*worker
 		return nil, err
 	}
 	p, err := binarytest.Start(binarytest.Options{Path: bin, Name: name + " binary",
-		Env: binarytest.Env([]string{"MIGHTYETL_", "NATS_", "DATABASE_URL"}, append([]string{"DATABASE_URL=" + h.url}, env...)...)})
+		Env: binarytest.Env([]string{"MIGHTYETL_", "NATS_", "DATABASE_URL"}, append(append([]string{"DATABASE_URL=" + h.binaryURL()}, env...), h.binaryEnv()...)...)})
 	if err != nil {
 		return nil, err
 	}

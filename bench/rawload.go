@@ -156,6 +156,12 @@ func discardChunked(r *bufio.Reader) error {
 // path with a fresh Idempotency-Key per request for dur; authorization(c)
 // is client c's Authorization value ("" for none).
 func rawPostLoad(ctx context.Context, addr, path string, body []byte, dur time.Duration, authorization func(c int) string) httpLoad {
+	return rawPostLoadTo(ctx, []string{addr}, path, body, dur, authorization)
+}
+
+// rawPostLoadTo is rawPostLoad over several servers: client c sends to
+// addrs[c % len(addrs)], still intakeConcurrency clients in all.
+func rawPostLoadTo(ctx context.Context, addrs []string, path string, body []byte, dur time.Duration, authorization func(c int) string) httpLoad {
 	runCtx, cancel := context.WithTimeout(ctx, dur)
 	defer cancel()
 	run := make([]byte, 6)
@@ -170,6 +176,7 @@ func rawPostLoad(ctx context.Context, addr, path string, body []byte, dur time.D
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			addr := addrs[c%len(addrs)]
 			req := newRawRequest(addr, path, authorization(c), hex.EncodeToString(run), c, body)
 			lat := make([]time.Duration, 0, 4096)
 			failures := map[int]int{}
