@@ -57,6 +57,8 @@ const (
 	DefaultBatch = pg.DefaultPruneBatch
 	// DefaultStatementTimeout bounds each statement of a batch.
 	DefaultStatementTimeout = time.Minute
+	// attemptTimeout bounds one election attempt.
+	attemptTimeout = 10 * time.Second
 	// LeaderName is the etl_maintenance_leader row retention elects.
 	LeaderName = "retention"
 )
@@ -270,7 +272,9 @@ func (m *Maintainer) RunOnce(ctx context.Context) {
 // holds it.
 func (m *Maintainer) elect(ctx context.Context) bool {
 	ttl := Term(m.cfg.Interval)
-	actx, cancel := context.WithTimeout(ctx, max(ttl/2, time.Second))
+	// An attempt waits at most for a running batch of the holder (a take
+	// against an expired-looking row) within the attempt bound.
+	actx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
 	if term := m.currentTerm(); term != (pg.LeaderTerm{}) {
 		held, err := pg.RenewLeadership(actx, m.db, term, ttl)

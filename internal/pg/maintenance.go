@@ -35,18 +35,27 @@ type LeaderTerm struct {
 // takeLeadershipSQL takes the leadership named $1 for holder $2 with the
 // fresh token $3 for $4 microseconds of the database clock, in one
 // conditional statement: it inserts the row when there is none, and
-// replaces it only when the current term has expired
-// (clock_timestamp(), never a process clock) or is the caller's own (a
-// process restarted under the same holder id; its old term's batches, if
-// any still ran, fail their fence on the new token). A row that another
-// holder keeps alive is left alone and nothing is returned. Lock: the
-// conflict path locks the row; a fenced batch of the current holder holds
-// that lock until it commits, so a take waits for the batch and then
-// re-reads the row's expiry (READ COMMITTED re-check of ON CONFLICT DO
-// UPDATE), and never overlaps it.
+// replaces it only when the current term has expired (clock_timestamp(),
+// never a process clock) or is the caller's own (a process restarted under
+// the same holder id; its old term's batches, if any still ran, fail their
+// fence on the new token). A row that another holder keeps alive is left
+// alone and nothing is returned.
+//
+// Locks: the live CTE reads the row without a lock, so an attempt against
+// a term that is live by the last committed renewal returns at once,
+// without touching the row. Otherwise the conflict path locks the row; a
+// fenced batch of the current holder holds that lock until it commits, so
+// the take waits for the batch and then re-reads the row (READ COMMITTED
+// re-check of ON CONFLICT DO UPDATE), where it finds the term the batch's
+// fence extended, and takes nothing. A take never overlaps a batch.
 const takeLeadershipSQL = `
+WITH live AS (
+    SELECT 1 FROM etl_maintenance_leader
+    WHERE leader_name = $1 AND holder_id <> $2 AND expires_at >= clock_timestamp()
+)
 INSERT INTO etl_maintenance_leader AS l (leader_name, holder_id, leader_token, elected_at, expires_at)
-VALUES ($1, $2, $3, clock_timestamp(), clock_timestamp() + $4::bigint * interval '1 microsecond')
+SELECT $1, $2, $3, clock_timestamp(), clock_timestamp() + $4::bigint * interval '1 microsecond'
+WHERE NOT EXISTS (SELECT 1 FROM live)
 ON CONFLICT (leader_name) DO UPDATE
 SET holder_id = excluded.holder_id, leader_token = excluded.leader_token,
     elected_at = excluded.elected_at, expires_at = excluded.expires_at

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
+	"github.com/mightyetl/mightyetl/internal/testwait"
 )
 
 const testLeader = "retention"
@@ -136,27 +137,73 @@ func TestFencedPruneOfAStaleTermDeletesNothing(t *testing.T) {
 	}
 }
 
-// A batch holds the leadership row from its fence to its commit: a process
-// whose take arrives meanwhile, even after the batch's term expired (the
-// holder paused past it), waits for the commit and only then takes the
-// row. So two batches never overlap.
+// A batch holds the leadership row from its fence to its commit. A take
+// that arrives while the term is live by its last committed renewal is
+// denied at once, without waiting. One that arrives after that renewal's
+// expiry (the holder paused in its batch past it) waits for the batch's
+// commit and only then re-reads the row: it takes it only if the holder's
+// term is over then too. So a batch and a take never overlap.
 func TestTakeWaitsForTheRunningFencedBatch(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	a, _, err := pg.TakeLeadership(ctx, pool, testLeader, "worker-a", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
+	fence := func(tx pgx.Tx) bool {
+		t.Helper()
+		tag, err := tx.Exec(ctx, pg.FenceLeadershipSQL, a.Name, a.Holder, a.Token, time.Hour.Microseconds())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tag.RowsAffected() == 1
+	}
+
+	// A live term: denied at once while the batch runs.
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if tag, err := tx.Exec(ctx, pg.FenceLeadershipSQL, a.Name, a.Holder, a.Token, time.Hour.Microseconds()); err != nil || tag.RowsAffected() != 1 {
-		t.Fatalf("fence: %v %v", tag, err)
+	if !fence(tx) {
+		t.Fatal("fence of a live term refused")
 	}
-	// The holder pauses mid-batch past its term.
+	if _, held, err := pg.TakeLeadership(ctx, pool, testLeader, "worker-b", time.Hour); err != nil || held {
+		t.Fatalf("take during a live term's batch: %v %v", held, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The committed term runs out while the batch runs: renew it for a
+	// short term, fence before it ends (again if the machine was too slow),
+	// then wait for the database clock to pass it.
+	const short = 2 * time.Second
+	for attempt := 1; ; attempt++ {
+		if ok, err := pg.RenewLeadership(ctx, pool, a, short); err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		if tx, err = pool.Begin(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if fence(tx) {
+			break
+		}
+		_ = tx.Rollback(ctx)
+		if attempt == 10 {
+			t.Fatal("could not fence within a 2 s term ten times")
+		}
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	testwait.For(t, 30*time.Second, "the committed term to expire by the database clock", func() bool {
+		var over bool
+		if err := pool.QueryRow(ctx, `SELECT expires_at < clock_timestamp() FROM etl_maintenance_leader`).Scan(&over); err != nil {
+			t.Fatal(err)
+		}
+		return over
+	})
+	// The holder stays paused past the term its fence extended, too.
 	if _, err := tx.Exec(ctx, `UPDATE etl_maintenance_leader SET expires_at = clock_timestamp() - interval '1 millisecond'`); err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +216,7 @@ func TestTakeWaitsForTheRunningFencedBatch(t *testing.T) {
 		_, held, err := pg.TakeLeadership(ctx, pool, testLeader, "worker-b", time.Hour)
 		took <- result{held, err}
 	}()
-	pgtest.WaitForLockWait(t, pool, "\nINSERT INTO etl_maintenance_leader")
+	pgtest.WaitForLockWait(t, pool, "\nWITH live AS")
 	select {
 	case r := <-took:
 		t.Fatalf("the take returned while the batch ran: %+v", r)
