@@ -305,16 +305,49 @@ func (d *Deployment) ReplaceWorker(ctx context.Context, i int, rel Release) erro
 	return p.Start(d.runCtx, readyWithin)
 }
 
-// Serving reports which current processes answer /readyz 200 (a live
+// Serving probes /readyz of every current process (a live
 // pg.CheckCompatibility of the binary against the database's schema) and
-// names those that do not.
+// returns, for those that did not answer 200, the process name and its
+// fixed reason ("schema version incompatible", "database unreachable", or
+// the transport error's class).
 func (d *Deployment) Serving(ctx context.Context) (notReady []string) {
+	bases := map[*Process]string{d.Sys.Intake: d.IntakeBase()}
+	for i, w := range d.Sys.Workers {
+		bases[w] = d.Sys.WorkerURLs[i]
+	}
 	for _, p := range d.Sys.Processes() {
-		if !p.ready(ctx) {
-			notReady = append(notReady, p.Name)
+		if reason := d.readiness(ctx, bases[p]+"/readyz"); reason != "" {
+			notReady = append(notReady, p.Name+" ("+reason+")")
 		}
 	}
 	return notReady
+}
+
+// IntakeBase is the current intake's own base URL (not the frontend's).
+func (d *Deployment) IntakeBase() string {
+	d.Front.mu.Lock()
+	defer d.Front.mu.Unlock()
+	return "http://" + d.Front.backend
+}
+
+// readiness GETs a /readyz URL and returns "" for 200, else its first
+// line (the health package's fixed reason) or "no answer".
+func (d *Deployment) readiness(ctx context.Context, url string) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "bad request"
+	}
+	resp, err := d.Sys.client.Do(req)
+	if err != nil {
+		return "no answer"
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		return ""
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+	line, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	return strconv.Itoa(resp.StatusCode) + " " + line
 }
 
 // AllProcesses is every process the deployment started, replaced ones

@@ -3,12 +3,20 @@ package faultinject
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/mightyetl/mightyetl/internal/codes"
 )
 
 // Phase lengths of the version-skew test. They set how long load runs in
@@ -82,6 +90,7 @@ func TestVersionSkewRollingUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err) // one line: a missing tool or commit names the fix
 	}
+	prevBuilt := time.Since(started)
 	cur, err := CurrentRelease(ctx, moduleDir, filepath.Join(runDir, "current", "bin"))
 	if err != nil {
 		t.Fatal(err)
@@ -90,8 +99,8 @@ func TestVersionSkewRollingUpgrade(t *testing.T) {
 		t.Fatalf("%s names a release with schema %d, newer than this tree's %d: it must name an older release", PreviousReleaseFile, prev.Schema, cur.Schema)
 	}
 	newer := cur.MigrationsAfter(prev.Schema)
-	t.Logf("previous release %s (schema %d), current tree (schema %d): %d migrations between them; both built in %s",
-		commit[:12], prev.Schema, cur.Schema, len(newer), time.Since(started).Round(time.Millisecond))
+	t.Logf("previous release %s (schema %d), current tree (schema %d): %d migrations between them; built in %s and %s",
+		commit[:12], prev.Schema, cur.Schema, len(newer), prevBuilt.Round(time.Millisecond), (time.Since(started) - prevBuilt).Round(time.Millisecond))
 
 	d, err := StartDeployment(ctx, Config{ModuleDir: moduleDir, RunDir: runDir}, prev)
 	if err != nil {
@@ -178,7 +187,9 @@ func TestVersionSkewRollingUpgrade(t *testing.T) {
 	})
 	step("previous release serving the current schema", func() error {
 		// /readyz is the binary's live verdict on the schema.
-		if err := allReady("the previous release ready on the current schema"); err != nil {
+		// Expand/contract (docs/operations/upgrades.md): a release's
+		// schema must admit the previous release's binaries.
+		if err := allReady("the previous release ready on the current schema (a release's schema must admit the previous release's binaries)"); err != nil {
 			return err
 		}
 		sleep(ctx, time.Until(migratedUpAt.Add(gateHold)))
@@ -218,6 +229,10 @@ func TestVersionSkewRollingUpgrade(t *testing.T) {
 		if v, err := d.SchemaVersion(ctx); err == nil {
 			downFrom = v
 		}
+		if downFrom == prev.Schema {
+			migratedDownAt = time.Now()
+			return nil // no migration between the releases: nothing to roll back
+		}
 		out, err := d.Migrate(ctx, cur, "down", "-to", fmt.Sprint(prev.Schema))
 		if err != nil {
 			return err
@@ -234,7 +249,14 @@ func TestVersionSkewRollingUpgrade(t *testing.T) {
 		// No progress is required here: a current release that may not
 		// run on the previous schema stops (503 with Retry-After, no
 		// claims) until the previous release replaces it.
-		gatedOnPrevious = d.Serving(ctx)
+		// A probe may time out on a loaded machine; a gated binary
+		// stays not ready, so three probes a second apart tell them apart.
+		for range 3 {
+			if gatedOnPrevious = d.Serving(ctx); len(gatedOnPrevious) == 0 {
+				break
+			}
+			sleep(ctx, time.Second)
+		}
 		return nil
 	})
 	step("worker 1 replaced by the previous release", func() error { return replaceWorker(0, prev) })
@@ -361,4 +383,72 @@ func maxDuration(ds []time.Duration) string {
 		return "-"
 	}
 	return slices.Max(ds).Round(time.Millisecond).String()
+}
+
+// TestProducersHonourRetryAfter: the producers the version-skew test relies
+// on wait at least an intake's Retry-After before they retry a 503, retry
+// with the same key, and the ledger records each refusal by class and each
+// refused submission's time to acceptance. An intake stand-in refuses the
+// first request of every key with 503 etl_schema_incompatible and
+// Retry-After: 1, and accepts the second.
+func TestProducersHonourRetryAfter(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	seen := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		key := r.Header.Get("Idempotency-Key")
+		mu.Lock()
+		seen[key]++
+		n := seen[key]
+		mu.Unlock()
+		switch {
+		case n == 1:
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"errorCode":"` + codes.SchemaIncompatible + `"}`))
+		case strings.HasSuffix(r.URL.Path, "/cancellation"):
+			w.WriteHeader(http.StatusOK)
+		default:
+			w.WriteHeader(http.StatusAccepted)
+			_, _ = w.Write([]byte(`{"jobRecordId":"` + uuid.NewString() + `"}`))
+		}
+	}))
+	defer srv.Close()
+	sys := &System{IntakeURL: srv.URL, HTTP: []Principal{{Name: "p0", Authorization: "Basic eDp5"}, {Name: "p1", Authorization: "Basic eDp5"}}}
+	ledger := NewLedger()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	stop, stopProducing := context.WithCancel(ctx)
+	producers, err := StartProducers(stop, ctx, sys, ledger, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Until a few submissions were refused and then accepted.
+	err = waitFor(ctx, 30*time.Second, 50*time.Millisecond, "refused submissions accepted on retry", func() bool {
+		return len(ledger.AcceptWaits()) >= 4
+	})
+	stopProducing()
+	_ = producers.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusals, waits := ledger.Refusals(), ledger.AcceptWaits()
+	acked := 0
+	for _, s := range ledger.Submissions() {
+		if s.State().Acked {
+			acked++
+		}
+	}
+	want := "http 503 " + codes.SchemaIncompatible + " with Retry-After"
+	if len(refusals) != 1 || refusals[want] != len(ledger.Submissions()) {
+		t.Fatalf("refusals %v of %d submissions, want every submission refused once as %q", refusals, len(ledger.Submissions()), want)
+	}
+	if len(waits) != acked || ledger.GaveUp() != 0 || len(ledger.Unexpected()) != 0 {
+		t.Fatalf("%d accept waits, %d acknowledged, %d gave up, unexpected %v", len(waits), acked, ledger.GaveUp(), ledger.Unexpected())
+	}
+	if waits[0] < time.Second {
+		t.Fatalf("a refused submission was retried %s after its refusal, before its Retry-After of 1 s", waits[0])
+	}
 }
