@@ -54,8 +54,13 @@ type fleetOptions struct {
 	Window         time.Duration `json:"window_ns"`
 	PickupDuration time.Duration `json:"pickup_duration_ns"`
 	Backlog        int           `json:"backlog"`
-	MixedWorkers   int           `json:"mixed_workers"`
-	MixedIntakes   int           `json:"mixed_intakes"`
+	// PoolSizes and IntakePoolSizes, when set, run each worker (intake)
+	// count once per MIGHTYETL_WORKER_POOL_SIZE (MIGHTYETL_INTAKE_POOL_SIZE)
+	// in the list, in the same round; empty: the binaries' default.
+	PoolSizes       []int `json:"pool_sizes,omitempty"`
+	IntakePoolSizes []int `json:"intake_pool_sizes,omitempty"`
+	MixedWorkers    int   `json:"mixed_workers"`
+	MixedIntakes    int   `json:"mixed_intakes"`
 	// Pooler "pgbouncer" adds a PgBouncer (internal/pgbouncertest,
 	// transaction mode, PoolerSize server connections) to the mixed part,
 	// run against direct connections in the same round.
@@ -104,6 +109,21 @@ func addFleetFlags(fs *flag.FlagSet, o *fleetOptions) {
 	fs.DurationVar(&o.Warmup, "fleet-warmup", 5*time.Second, "fleet: load before the measured window")
 	fs.DurationVar(&o.Window, "fleet-window", 20*time.Second, "fleet: measured window")
 	fs.DurationVar(&o.PickupDuration, "fleet-pickup-duration", 10*time.Second, "fleet: pickup submissions (one at a time at -rate) per worker count; needs -nats-url")
+	sizes := func(dst *[]int) func(string) error {
+		return func(s string) error {
+			*dst = nil
+			for f := range strings.SplitSeq(s, ",") {
+				n, err := strconv.Atoi(strings.TrimSpace(f))
+				if err != nil || n < 2 || n > 1000 {
+					return fmt.Errorf("%q: want pool sizes 2..1000", f)
+				}
+				*dst = append(*dst, n)
+			}
+			return nil
+		}
+	}
+	fs.Func("fleet-pool-sizes", "fleet workers: run each count once per MIGHTYETL_WORKER_POOL_SIZE of this list (default: the binary's default only)", sizes(&o.PoolSizes))
+	fs.Func("fleet-intake-pool-sizes", "fleet intakes: run each count once per MIGHTYETL_INTAKE_POOL_SIZE of this list (default: the binary's default only)", sizes(&o.IntakePoolSizes))
 	fs.IntVar(&o.Backlog, "fleet-backlog", 300_000, "fleet workers: jobs inserted before the throughput window (must outlast warm-up and window)")
 	fs.IntVar(&o.MixedWorkers, "fleet-mixed-workers", 8, "fleet mixed: worker processes")
 	fs.IntVar(&o.MixedIntakes, "fleet-mixed-intakes", 2, "fleet mixed: intake processes")
@@ -160,19 +180,23 @@ func (h *harness) fleet(ctx context.Context) ([]Result, error) {
 		}
 		if slices.Contains(o.Parts, fleetPartWorkers) {
 			for _, n := range order(o.Procs) {
-				r, err := h.fleetWorkers(ctx, n, round)
-				out = append(out, r)
-				if err != nil {
-					return out, err
+				for _, ps := range orderSizes(o.PoolSizes, round) {
+					r, err := h.fleetWorkers(ctx, n, ps, round)
+					out = append(out, r)
+					if err != nil {
+						return out, err
+					}
 				}
 			}
 		}
 		if slices.Contains(o.Parts, fleetPartIntakes) {
 			for _, n := range order(o.Intakes) {
-				r, err := h.fleetIntakes(ctx, n, round)
-				out = append(out, r)
-				if err != nil {
-					return out, err
+				for _, ps := range orderSizes(o.IntakePoolSizes, round) {
+					r, err := h.fleetIntakes(ctx, n, ps, round)
+					out = append(out, r)
+					if err != nil {
+						return out, err
+					}
 				}
 			}
 		}
@@ -194,6 +218,27 @@ func (h *harness) fleet(ctx context.Context) ([]Result, error) {
 		}
 	}
 	return append(out, fleetSummary(out)), nil
+}
+
+// orderSizes is sizes (reversed every other round), or one 0 (the
+// binary's default) when there are none.
+func orderSizes(sizes []int, round int) []int {
+	if len(sizes) == 0 {
+		return []int{0}
+	}
+	s := slices.Clone(sizes)
+	if round%2 == 0 {
+		slices.Reverse(s)
+	}
+	return s
+}
+
+// variantName is base, "/pool=<size>" when size is set, and the round.
+func variantName(base string, size, round int) string {
+	if size > 0 {
+		base += "/pool=" + itoa(size)
+	}
+	return fmt.Sprintf("%s/round=%d", base, round)
 }
 
 // fleetProc is one started binary and its metrics address (workers).
@@ -405,10 +450,10 @@ func (f fleetNATS) close() {
 // -rate on the idle fleet, then a backlog of -fleet-backlog jobs, measuring
 // worked jobs/s over -fleet-window after -fleet-warmup (as burndown does,
 // but over a window: the rate of the fleet, not of an inserter).
-func (h *harness) fleetWorkers(ctx context.Context, n, round int) (Result, error) {
+func (h *harness) fleetWorkers(ctx context.Context, n, poolSize, round int) (Result, error) {
 	o := h.o.Fleet
 	slots := h.o.Concurrency / n
-	res := Result{System: "mightyetl", Scenario: "fleet", Variant: fmt.Sprintf("workers=%d/round=%d", n, round), Metrics: map[string]float64{},
+	res := Result{System: "mightyetl", Scenario: "fleet", Variant: variantName(fmt.Sprintf("workers=%d", n), poolSize, round), Metrics: map[string]float64{},
 		Settings: map[string]string{"worker_processes": itoa(n), "slots_per_process": itoa(slots), "slots_total": itoa(slots * n),
 			"process": "go build ./cmd/worker, product defaults but MIGHTYETL_WORKER_CONCURRENCY (and the binary env)",
 			"window":  o.Window.String(), "warmup": o.Warmup.String(), "binary_env": strings.Join(h.binaryEnv(), " ")}}
@@ -421,7 +466,12 @@ func (h *harness) fleetWorkers(ctx context.Context, n, round int) (Result, error
 		return res, err
 	}
 	defer fn.close()
-	procs, err := h.startFleetWorkers(ctx, n, slots, fn.env(h.o.NATSURL))
+	env := fn.env(h.o.NATSURL)
+	if poolSize > 0 {
+		env = append(env, "MIGHTYETL_WORKER_POOL_SIZE="+itoa(poolSize))
+		res.Settings["pool_size"] = itoa(poolSize)
+	}
+	procs, err := h.startFleetWorkers(ctx, n, slots, env)
 	if err != nil {
 		return res, err
 	}
@@ -587,9 +637,9 @@ func (h *harness) fleetPickup(ctx context.Context, fn fleetNATS, res *Result) er
 // fleetIntakes has intakeConcurrency HTTP clients, spread over n intake
 // binaries, POST jobs for -fleet-window (after -fleet-warmup of the same
 // load); no worker runs.
-func (h *harness) fleetIntakes(ctx context.Context, n, round int) (Result, error) {
+func (h *harness) fleetIntakes(ctx context.Context, n, poolSize, round int) (Result, error) {
 	o := h.o.Fleet
-	res := Result{System: "mightyetl", Scenario: "fleet", Variant: fmt.Sprintf("intakes=%d/round=%d", n, round), Metrics: map[string]float64{},
+	res := Result{System: "mightyetl", Scenario: "fleet", Variant: variantName(fmt.Sprintf("intakes=%d", n), poolSize, round), Metrics: map[string]float64{},
 		Settings: map[string]string{"intake_processes": itoa(n), "clients": itoa(intakeConcurrency) + " raw keep-alive clients, client c on intake c mod n",
 			"process": "go build ./cmd/intake, product defaults, basic auth (4 principals, bcrypt cost 4)", "window": o.Window.String(),
 			"warmup": o.Warmup.String(), "body": "1 ETL record", "binary_env": strings.Join(h.binaryEnv(), " ")}}
@@ -597,7 +647,12 @@ func (h *harness) fleetIntakes(ctx context.Context, n, round int) (Result, error
 	if err := h.fresh(ctx); err != nil {
 		return res, err
 	}
-	intakes, addrs, creds, _, stop, err := h.startFleetIntakes(ctx, n)
+	var env []string
+	if poolSize > 0 {
+		env = []string{"MIGHTYETL_INTAKE_POOL_SIZE=" + itoa(poolSize)}
+		res.Settings["pool_size"] = itoa(poolSize)
+	}
+	intakes, addrs, creds, _, stop, err := h.startFleetIntakes(ctx, n, env...)
 	if err != nil {
 		return res, err
 	}
@@ -619,7 +674,7 @@ func (h *harness) fleetIntakes(ctx context.Context, n, round int) (Result, error
 // startFleetIntakes starts n intake binaries (Basic auth, NATS relay when
 // -nats-url is set) and warms each principal on each, so no bcrypt
 // verification falls into a window. stop stops them all.
-func (h *harness) startFleetIntakes(ctx context.Context, n int) (procs []*workerProc, addrs []string, creds benchCredentials, prefix string, stop func(), err error) {
+func (h *harness) startFleetIntakes(ctx context.Context, n int, env ...string) (procs []*workerProc, addrs []string, creds benchCredentials, prefix string, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "mightyetl-bench-fleet")
 	if err != nil {
 		return nil, nil, creds, "", nil, err
@@ -651,7 +706,7 @@ func (h *harness) startFleetIntakes(ctx context.Context, n int) (procs []*worker
 	client, closeClient := newLoadClient()
 	defer closeClient()
 	for range n {
-		p, base, err := h.startIntake(ctx, creds.path, subjects.Prefix(), hashKey)
+		p, base, err := h.startIntake(ctx, creds.path, subjects.Prefix(), hashKey, env...)
 		if err != nil {
 			stop()
 			return nil, nil, creds, "", nil, err
@@ -792,21 +847,60 @@ func fleetSummary(rs []Result) Result {
 			sum.Metrics[name] = x / y
 		}
 	}
-	most := ""
+	// Worker counts against 1, per pool size; pool sizes against each other
+	// per count.
+	type wv struct{ n, pool int }
+	var ws []wv
 	for _, v := range variants {
-		if strings.HasPrefix(v, "workers=") && v != "workers=1" {
-			n, _ := strconv.Atoi(strings.TrimPrefix(v, "workers="))
-			m, _ := strconv.Atoi(strings.TrimPrefix(most, "workers="))
-			if n > m {
-				most = v
+		var x wv
+		if c, rest, _ := strings.Cut(v, "/pool="); strings.HasPrefix(c, "workers=") {
+			x.n, _ = strconv.Atoi(strings.TrimPrefix(c, "workers="))
+			x.pool, _ = strconv.Atoi(rest)
+			ws = append(ws, x)
+		}
+	}
+	name := func(x wv) string {
+		if x.pool > 0 {
+			return fmt.Sprintf("workers=%d/pool=%d", x.n, x.pool)
+		}
+		return fmt.Sprintf("workers=%d", x.n)
+	}
+	poolSuffix := func(p int) string {
+		if p == 0 {
+			return ""
+		}
+		return "_pool" + itoa(p)
+	}
+	for _, x := range ws {
+		if x.n == 1 {
+			continue
+		}
+		one := name(wv{1, x.pool})
+		ratio(fmt.Sprintf("jobs_per_s_ratio_%d_vs_1%s", x.n, poolSuffix(x.pool)), name(x), one, "jobs_per_s")
+		ratio(fmt.Sprintf("pickup_p99_ratio_%d_vs_1%s", x.n, poolSuffix(x.pool)), name(x), one, "pickup_p99_ms")
+	}
+	for _, x := range ws {
+		for _, y := range ws {
+			if x.n == y.n && x.pool > 0 && y.pool > 0 && x.pool < y.pool {
+				ratio(fmt.Sprintf("jobs_per_s_ratio_workers%d_pool%d_vs_pool%d", x.n, x.pool, y.pool), name(x), name(y), "jobs_per_s")
 			}
 		}
 	}
-	if most != "" {
-		ratio("jobs_per_s_ratio_"+strings.TrimPrefix(most, "workers=")+"_vs_1", most, "workers=1", "jobs_per_s")
-		ratio("pickup_p99_ratio_"+strings.TrimPrefix(most, "workers=")+"_vs_1", most, "workers=1", "pickup_p99_ms")
-	}
 	ratio("accepted_per_s_ratio_2_vs_1_intakes", "intakes=2", "intakes=1", "accepted_per_s")
+	for _, v := range variants {
+		for _, w := range variants {
+			c1, p1, ok1 := strings.Cut(v, "/pool=")
+			c2, p2, ok2 := strings.Cut(w, "/pool=")
+			a, _ := strconv.Atoi(p1)
+			b, _ := strconv.Atoi(p2)
+			if ok1 && ok2 && c1 == c2 && strings.HasPrefix(c1, "intakes=") && a < b {
+				ratio(fmt.Sprintf("accepted_per_s_ratio_%s_pool%d_vs_pool%d", strings.ReplaceAll(c1, "=", ""), a, b), v, w, "accepted_per_s")
+			}
+			if ok1 && ok2 && p1 == p2 && c1 == "intakes=2" && c2 == "intakes=1" {
+				ratio("accepted_per_s_ratio_2_vs_1_intakes_pool"+p1, v, w, "accepted_per_s")
+			}
+		}
+	}
 	ratio("jobs_per_s_ratio_pgbouncer_vs_direct", "mixed-pgbouncer", "mixed-direct", "jobs_per_s")
 	ratio("accepted_per_s_ratio_pgbouncer_vs_direct", "mixed-pgbouncer", "mixed-direct", "accepted_per_s")
 	return sum

@@ -160,9 +160,10 @@ func writeBenchCredentials(dir string, n int) (benchCredentials, error) {
 }
 
 // startIntake starts cmd/intake on a free loopback port with Basic auth and,
-// when the harness has NATS, the relay and request consumer under prefix. It
+// when the harness has NATS, the relay and request consumer under prefix;
+// extra are further settings (KEY=VALUE). It
 // returns once GET /readyz answers 200, with the API's base URL.
-func (h *harness) startIntake(ctx context.Context, credsFile, prefix, hashKey string) (*workerProc, string, error) {
+func (h *harness) startIntake(ctx context.Context, credsFile, prefix, hashKey string, extra ...string) (*workerProc, string, error) {
 	addr, err := freeLoopbackAddr()
 	if err != nil {
 		return nil, "", err
@@ -188,7 +189,7 @@ func (h *harness) startIntake(ctx context.Context, credsFile, prefix, hashKey st
 			"MIGHTYETL_NATS_REQUESTS_MAX_PER_PRINCIPAL="+strconv.FormatInt(perPrincipal, 10),
 			"MIGHTYETL_NATS_REQUESTS_MAX_BYTES="+strconv.FormatInt(streamBytes, 10))
 	}
-	p, err := h.spawn(ctx, "intake", env)
+	p, err := h.spawn(ctx, "intake", append(env, extra...))
 	if err != nil {
 		return nil, "", err
 	}
