@@ -60,10 +60,13 @@ func WorkerConnBudget(cfg config.Worker) ConnBudget {
 // IntakeConnBudget is an intake process's connection budget:
 // MIGHTYETL_INTAKE_POOL_SIZE (requests) + 1 (/readyz and the schema gate)
 // + 2 (outbox relay batches), + 1 LISTEN connection of the outbox relay
-// when NATS_URL is set (without NATS no relay runs).
+// when NATS_URL is set (without NATS no relay runs) and the relay has a
+// URL to listen on (behind a transaction pooler without
+// MIGHTYETL_DATABASE_DIRECT_URL it polls instead; with it, the LISTEN
+// connection goes to PostgreSQL directly).
 func IntakeConnBudget(cfg config.Intake) ConnBudget {
 	b := ConnBudget{{"requests", cfg.PoolSize}, {"health", healthPoolConns}, {"relay", relayPoolConns}}
-	if cfg.NATS.Enabled() {
+	if cfg.NATS.Enabled() && cfg.Database.ListenURL(cfg.DatabaseURL) != "" {
 		b = append(b, PoolBudget{"relay_listen", relayListenConns})
 	}
 	return b
