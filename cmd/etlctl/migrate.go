@@ -15,7 +15,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/pg"
 )
 
-const migrateUsage = "usage: etlctl migrate up|down|status [-to VERSION] [-database-url URL]"
+const migrateUsage = "usage: etlctl migrate up|down|status [-to VERSION] [-lock-timeout 1s] [-lock-retry-for 10m] [-database-url URL]"
 
 func runMigrate(args []string) int {
 	if len(args) == 0 {
@@ -37,6 +37,13 @@ func runMigrate(args []string) int {
 			}
 			return nil
 		})
+	var mig pg.Migrator
+	l.Duration(&mig.LockTimeout, "MIGHTYETL_MIGRATE_LOCK_TIMEOUT", "lock-timeout", pg.DefaultMigrateLockTimeout,
+		10*time.Millisecond, time.Minute,
+		"lock_timeout of every migration statement whose file sets none: the longest the fleet's statements queue behind a migration waiting for a lock")
+	l.Duration(&mig.LockRetryFor, "MIGHTYETL_MIGRATE_LOCK_RETRY_FOR", "lock-retry-for", pg.DefaultMigrateLockRetryFor,
+		time.Second, 24*time.Hour,
+		"how long one migration is retried after lock timeouts (SQLSTATE 55P03) before the run fails")
 	if err := l.Parse(); err != nil {
 		fmt.Fprintf(os.Stderr, "etlctl migrate: %v\n%s\n", err, migrateUsage)
 		return 2
@@ -55,11 +62,13 @@ func runMigrate(args []string) int {
 		}
 		to, _ = strconv.ParseInt(toRaw, 10, 64)
 	}
+	// No overall deadline: a migration that waits for locks is bounded by
+	// -lock-retry-for, its statements by their files' statement_timeout;
+	// SIGINT or SIGTERM stops the run (the running migration rolls back).
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	mig.Log = log
 	if verb == "up" {
 		if err := pg.EnsureDatabase(ctx, databaseURL, log); err != nil {
 			fmt.Fprintf(os.Stderr, "etlctl migrate: database %s: %s\n", pg.RedactURL(databaseURL), pg.RedactError(err, databaseURL))
@@ -81,11 +90,11 @@ func runMigrate(args []string) int {
 	case verb == "status":
 		err = pg.MigrationStatus(ctx, pool, os.Stdout)
 	case to >= 0:
-		err = pg.MigrateTo(ctx, pool, to)
+		err = mig.To(ctx, pool, to)
 	case verb == "up":
-		err = pg.Migrate(ctx, pool)
+		err = mig.Up(ctx, pool)
 	default:
-		err = pg.MigrateDown(ctx, pool)
+		err = mig.Down(ctx, pool)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "etlctl migrate %s: %v\n", verb, err)

@@ -3,6 +3,7 @@ package main_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -77,4 +78,64 @@ func TestMigrateUpDownTo(t *testing.T) {
 	step(0, newest, "up")                                             // all
 	step(0, newest-2, "down", "-to", strconv.FormatInt(newest-2, 10)) // the way back of a release
 	step(0, newest, "up")                                             // and forward again
+}
+
+// A migration that keeps timing out on a lock the fleet holds makes
+// `etlctl migrate up` retry it (one log line per retry: version, attempt,
+// SQLSTATE class) and, once -lock-retry-for is spent, exit 1 naming the
+// version and the attempts, the schema unchanged. Released, the same
+// command succeeds. Every migration from 00021 on inserts its row into
+// etl_schema_compatibility, which a SHARE lock blocks.
+func TestMigrateUpRetriesThenGivesUp(t *testing.T) {
+	t.Parallel()
+	bin := buildEtlctl(t)
+	pool, url := pgtest.NewDatabase(t, pgtest.Options{Empty: true, MaxConns: 2})
+	ctx := context.Background()
+	_, newest, err := pg.SchemaVersion(ctx, pool)
+	if err != nil || newest < 22 {
+		t.Fatalf("newest embedded migration %d (%v): the test needs one after 00021", newest, err)
+	}
+	prev := strconv.FormatInt(newest-1, 10)
+	if code, stderr := etlctlMigrate(t, bin, url, "up", "-to", prev); code != 0 {
+		t.Fatalf("migrate up -to %s: exit %d\n%s", prev, code, stderr)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "LOCK TABLE etl_schema_compatibility IN SHARE MODE"); err != nil {
+		t.Fatal(err)
+	}
+
+	cmd := exec.Command(bin, "migrate", "up", "-lock-timeout", "50ms")
+	cmd.Env = []string{"DATABASE_URL=" + url, "MIGHTYETL_MIGRATE_LOCK_RETRY_FOR=1s"}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("migrate up with the lock held: %v, want exit 1\n%s", err, stderr.String())
+	}
+	out := stderr.String()
+	want := fmt.Sprintf("migration %05d up: gave up after ", newest)
+	if !strings.Contains(out, want) || !strings.Contains(out, "attempts") {
+		t.Fatalf("stderr lacks %q and the attempts:\n%s", want, out)
+	}
+	if !strings.Contains(out, `"sqlstate_class":"55"`) || !strings.Contains(out, fmt.Sprintf(`"version":%d`, newest)) {
+		t.Fatalf("stderr lacks a retry line with version and SQLSTATE class:\n%s", out)
+	}
+	if v, _, err := pg.SchemaVersion(ctx, pool); err != nil || v != newest-1 {
+		t.Fatalf("schema version %d (%v) after giving up, want %d", v, err, newest-1)
+	}
+
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if code, stderr := etlctlMigrate(t, bin, url, "up", "-lock-timeout", "50ms"); code != 0 {
+		t.Fatalf("migrate up after the lock was released: exit %d\n%s", code, stderr)
+	}
+	if v, _, err := pg.SchemaVersion(ctx, pool); err != nil || v != newest {
+		t.Fatalf("schema version %d (%v), want %d", v, err, newest)
+	}
 }

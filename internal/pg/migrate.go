@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"strings"
 
@@ -21,13 +22,18 @@ import (
 const migrationTable = "mightyetl_schema_migrations"
 
 func provider(pool *pgxpool.Pool) (*goose.Provider, *sql.DB, error) {
+	return newProvider(pool, migrations.FS)
+}
+
+// newProvider opens goose on pool over the migration files in fsys.
+func newProvider(pool *pgxpool.Pool, fsys fs.FS) (*goose.Provider, *sql.DB, error) {
 	db := stdlib.OpenDBFromPool(pool)
 	locker, err := lock.NewPostgresSessionLocker()
 	if err != nil {
 		_ = db.Close()
 		return nil, nil, fmt.Errorf("migration locker: %w", err)
 	}
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
+	p, err := goose.NewProvider(goose.DialectPostgres, db, fsys,
 		goose.WithTableName(migrationTable),
 		goose.WithLogger(goose.NopLogger()),
 		// Serialise concurrent migrators (several binaries starting at once)
@@ -41,53 +47,22 @@ func provider(pool *pgxpool.Pool) (*goose.Provider, *sql.DB, error) {
 	return p, db, nil
 }
 
-// Migrate applies every pending migration. It is safe to run from several
+// Migrate applies every pending migration with the default Migrator: one at
+// a time, each statement under a short lock_timeout, a migration that times
+// out on a lock retried (see Migrator). It is safe to run from several
 // processes at once: goose serialises them with a session advisory lock.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	p, db, err := provider(pool)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("migrate up: %w", err)
-	}
-	return nil
+	return Migrator{}.Up(ctx, pool)
 }
 
-// MigrateDown rolls back the newest applied migration.
+// MigrateDown rolls back the newest applied migration (default Migrator).
 func MigrateDown(ctx context.Context, pool *pgxpool.Pool) error {
-	p, db, err := provider(pool)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	if _, err := p.Down(ctx); err != nil {
-		return fmt.Errorf("migrate down: %w", err)
-	}
-	return nil
+	return Migrator{}.Down(ctx, pool)
 }
 
-// MigrateTo migrates up or down to version exactly.
+// MigrateTo migrates up or down to version exactly (default Migrator).
 func MigrateTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
-	p, db, err := provider(pool)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	cur, err := p.GetDBVersion(ctx)
-	if err != nil {
-		return fmt.Errorf("read schema version: %w", err)
-	}
-	if version >= cur {
-		_, err = p.UpTo(ctx, version)
-	} else {
-		_, err = p.DownTo(ctx, version)
-	}
-	if err != nil {
-		return fmt.Errorf("migrate to %d: %w", version, err)
-	}
-	return nil
+	return Migrator{}.To(ctx, pool, version)
 }
 
 // SchemaVersion returns the applied schema version and the version this
