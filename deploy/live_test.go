@@ -29,9 +29,10 @@ func TestMain(m *testing.M) { binarytest.Main(m) }
 // job through them (HTTP submit, outbox wake-up, claim, execution, finish)
 // and one rejected submission, so that labelled histograms and counters have
 // series, then scrapes both /metrics and fails naming every metric that the
-// dashboard or the alert rules query and neither process exports.
+// dashboard, the alert rules or the Kubernetes autoscalers query and
+// neither process exports.
 func TestQueriedMetricsAreExported(t *testing.T) {
-	qs := append(dashboardQueries(t), ruleQueries(t)...)
+	qs := append(append(dashboardQueries(t), ruleQueries(t)...), autoscalingQueries(t)...)
 	pool, dbURL := pgtest.NewDatabase(t)
 	natsURL, prefix := natstest.URL(t), natstest.Prefix(t)
 	bins := binarytest.Binaries(t, "intake", "worker")
