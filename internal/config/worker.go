@@ -48,6 +48,7 @@ type Worker struct {
 	MaxBatchRecords int           // MIGHTYETL_MAX_BATCH_RECORDS, default 1000 (1..100000)
 	MaxJobDuration  time.Duration // MIGHTYETL_MAX_JOB_DURATION, default 6h (1s..7d)
 	NATS            NATS          // NATS_URL and friends; empty URL: polling only
+	Maintenance     Maintenance   // MIGHTYETL_MAINTENANCE_* and MIGHTYETL_PRUNE_*: built-in retention
 }
 
 // RegisterWorker registers every worker setting on l into dst.
@@ -78,6 +79,7 @@ func RegisterWorker(l *Loader, dst *Worker) {
 	l.Int(&dst.MaxBatchRecords, "MIGHTYETL_MAX_BATCH_RECORDS", "max-batch-records", intake.DefaultMaxBatchRecords, 1, 100000, "records per job")
 	l.Duration(&dst.MaxJobDuration, "MIGHTYETL_MAX_JOB_DURATION", "max-job-duration", worker.DefaultMaxJobDuration, time.Second, 7*24*time.Hour, "longest one attempt of a job may run; past it the job fails etl_job_timeout")
 	RegisterNATS(l, &dst.NATS)
+	RegisterMaintenance(l, &dst.Maintenance)
 }
 
 // RenewIntervalFor is the renewal interval used when
@@ -157,6 +159,9 @@ func (w Worker) Validate() error {
 		return err
 	}
 	if err := w.NATS.Validate(); err != nil {
+		return err
+	}
+	if err := w.Maintenance.Prune.Validate(); err != nil {
 		return err
 	}
 	if w.RetryMaxDelay < w.RetryBaseDelay {

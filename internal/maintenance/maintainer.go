@@ -53,8 +53,6 @@ const (
 	// DefaultAuditWindow keeps the operator audit three times longer than
 	// the jobs it names (`etlctl prune`'s default).
 	DefaultAuditWindow = 2160 * time.Hour
-	// DefaultBatch is the most rows one DELETE statement removes.
-	DefaultBatch = pg.DefaultPruneBatch
 	// DefaultStatementTimeout bounds each statement of a batch.
 	DefaultStatementTimeout = time.Minute
 	// attemptTimeout bounds one election attempt.
@@ -105,7 +103,7 @@ type Config struct {
 	Interval time.Duration
 	// Windows are the retention windows.
 	Windows Windows
-	// Batch is the most rows per DELETE.
+	// Batch is the most rows per DELETE; zero means pg.DefaultPruneBatch.
 	Batch int
 	// StatementTimeout bounds each statement of a batch's transaction.
 	StatementTimeout time.Duration
@@ -119,7 +117,7 @@ type Config struct {
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {
 	c.Interval = cmp.Or(c.Interval, DefaultInterval)
-	c.Batch = cmp.Or(c.Batch, DefaultBatch)
+	c.Batch = cmp.Or(c.Batch, pg.DefaultPruneBatch)
 	c.StatementTimeout = cmp.Or(c.StatementTimeout, DefaultStatementTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
