@@ -294,10 +294,7 @@ func (m Migrator) apply(ctx context.Context, p *goose.Provider, version int64, u
 		if attempt > 1 && left == 0 {
 			return &LockRetryError{Version: version, Up: up, Attempts: attempt, Budget: budget, SQLState: state}
 		}
-		// At least half the bound: between two attempts the fleet runs
-		// without a lock request of the migration ahead of it.
-		bound := backoff.Capped(base, maxPause, attempt)
-		pause := min(bound/2+backoff.Full(base, maxPause, attempt)/2, left)
+		pause := min(retryPause(base, maxPause, attempt), left)
 		m.log().Warn("migration waits for a lock held by other sessions; retrying",
 			"version", version, "direction", direction(up), "attempt", attempt,
 			"sqlstate_class", state[:2], "retry_in", pause.Round(time.Millisecond).String())
@@ -323,4 +320,13 @@ func lockFailure(err error) string {
 		return pgErr.Code
 	}
 	return ""
+}
+
+// retryPause is the wait after failed attempt number attempt: drawn from the
+// upper half of the capped exponential bound (client/backoff), so that
+// between two attempts the fleet runs for at least half the bound without a
+// lock request of ours ahead of its statements, and retries of several
+// runners spread out.
+func retryPause(base, maxPause time.Duration, attempt int) time.Duration {
+	return backoff.Capped(base, maxPause, attempt)/2 + backoff.Full(base, maxPause, attempt)/2
 }
