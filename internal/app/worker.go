@@ -16,6 +16,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/config"
 	"github.com/mightyetl/mightyetl/internal/events"
 	"github.com/mightyetl/mightyetl/internal/health"
+	"github.com/mightyetl/mightyetl/internal/maintenance"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/startstop"
@@ -32,6 +33,11 @@ import (
 type WorkerProcess struct {
 	Worker   *worker.Worker
 	Registry *prometheus.Registry
+
+	// Maintainer runs retention when this worker is the fleet's elected
+	// maintainer; nil when MIGHTYETL_MAINTENANCE_ENABLED is false.
+	Maintainer *maintenance.Maintainer
+
 	exec     *pgxpool.Pool
 	renew    *pgxpool.Pool
 	server   *http.Server
@@ -60,7 +66,7 @@ var ErrSchemaBehind = errors.New("database schema is not compatible with this bi
 // mightyetl_worker_config_info.
 func NewWorkerProcess(ctx context.Context, cfg config.Worker, provenance []config.Setting, metricsListener net.Listener, log *slog.Logger) (*WorkerProcess, error) {
 	stmtTimeout := worker.StatementTimeout(cfg.RenewInterval)
-	exec, renew, err := OpenPools(ctx, cfg.DatabaseURL, cfg.PoolSize, stmtTimeout, cfg.RenewInterval)
+	exec, renew, err := OpenPools(ctx, cfg.DatabaseURL, cfg.Database.Pooler, cfg.PoolSize, stmtTimeout, cfg.RenewInterval)
 	if err != nil {
 		if metricsListener != nil {
 			_ = metricsListener.Close()
@@ -97,6 +103,7 @@ func NewWorkerProcess(ctx context.Context, cfg config.Worker, provenance []confi
 		StatementTimeout: stmtTimeout, MaxJobDuration: cfg.MaxJobDuration,
 	}, exec, renew, worker.DefaultHandlers(cfg.MaxBatchRecords), m, log)
 	p := &WorkerProcess{Worker: w, Registry: reg, exec: exec, renew: renew, log: log, cfg: cfg}
+	p.Maintainer = newMaintainer(cfg, exec, reg, log)
 	if metricsListener != nil {
 		mux := http.NewServeMux()
 		health.Register(mux, exec, reg)
@@ -156,15 +163,19 @@ func (p *WorkerProcess) connectNATS(ctx context.Context) error {
 // worker's own context deadline fires first when the client is alive), its
 // idle transactions by twice that; the renewal pool's statements by the
 // renewal interval and its lock waits by a quarter of it, at most a second
-// (renewal never waits on a held row: see lease.Renew).
-func OpenPools(ctx context.Context, databaseURL string, execConns int, stmtTimeout, renewInterval time.Duration) (exec, renew *pgxpool.Pool, err error) {
+// (renewal never waits on a held row: see lease.Renew). With
+// pg.PoolerTransaction (MIGHTYETL_DATABASE_POOLER) those bounds and the
+// pinned plans hold in the pools' transactions only (pg.PoolerTransaction):
+// claims and renewals, single statements, are bounded by the worker's
+// contexts and the pooler's query_timeout.
+func OpenPools(ctx context.Context, databaseURL string, pooler pg.Pooler, execConns int, stmtTimeout, renewInterval time.Duration) (exec, renew *pgxpool.Pool, err error) {
 	exec, err = pg.NewPool(ctx, databaseURL, pg.PoolOptions{MaxConns: int32(execConns), ApplicationName: "mightyetl-worker", PinnedPlans: true,
-		StatementTimeout: stmtTimeout + time.Second, IdleInTransactionTimeout: 2 * (stmtTimeout + time.Second)})
+		StatementTimeout: stmtTimeout + time.Second, IdleInTransactionTimeout: 2 * (stmtTimeout + time.Second), Pooler: pooler})
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect execution pool: %w", err)
 	}
 	renew, err = pg.NewPool(ctx, databaseURL, pg.PoolOptions{MaxConns: renewPoolConns, MinConns: 1, ApplicationName: "mightyetl-renewer", PinnedPlans: true,
-		StatementTimeout: renewInterval, LockTimeout: min(time.Second, renewInterval/4)})
+		StatementTimeout: renewInterval, LockTimeout: min(time.Second, renewInterval/4), Pooler: pooler})
 	if err != nil {
 		exec.Close()
 		return nil, nil, fmt.Errorf("connect renewal pool: %w", err)
@@ -183,6 +194,14 @@ func (p *WorkerProcess) Start(ctx context.Context) error {
 			return nil, err
 		}
 		if err := p.Worker.Start(ctx); err != nil {
+			if p.nc != nil {
+				p.nc.Close()
+			}
+			p.close()
+			return nil, err
+		}
+		if err := p.startMaintenance(ctx); err != nil {
+			_ = p.Worker.Stop(ctx)
 			if p.nc != nil {
 				p.nc.Close()
 			}
@@ -217,6 +236,7 @@ func (p *WorkerProcess) MetricsAddr() string {
 // still hold connections after a cut-short stop), the pools. It returns the
 // worker's stop error.
 func (p *WorkerProcess) stop(ctx context.Context, served <-chan struct{}) error {
+	p.stopMaintenance(ctx)
 	err := p.Worker.Stop(ctx)
 	if ctx.Err() != nil {
 		// Cut short: the worker's stop goes on and may still hold pool
