@@ -11,5 +11,9 @@
 //   - every relative link of the repository's Markdown stays inside the
 //     repository and names a file that exists;
 //   - the Makefile's rule check fails without promtool, and staticcheck
-//     comes from go.mod's tool line.
+//     comes from go.mod's tool line;
+//   - the Kubernetes manifests (kubernetes/): every kustomization builds,
+//     every object matches the vendored JSON schemas (kubeconform), and the
+//     rendered pods' settings, probes, grace periods, secrets, disruption
+//     budgets, autoscalers and connection budget agree with the binaries.
 package deploy

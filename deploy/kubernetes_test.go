@@ -558,7 +558,8 @@ func TestKubernetesSettingsLoad(t *testing.T) {
 // its own least-privilege role, as docker-compose.yml does.
 func TestKubernetesSecretsComeFromSecrets(t *testing.T) {
 	secrets := exampleSecrets(t)
-	secretSettings := map[string]bool{"DATABASE_URL": true}
+	// The database URLs may hold a password: Secrets only.
+	secretSettings := map[string]bool{"DATABASE_URL": true, "MIGHTYETL_DATABASE_DIRECT_URL": true}
 	for _, load := range []func() []config.Setting{
 		func() []config.Setting {
 			_, l, _ := config.LoadIntake(nil, func(string) string { return "" })
