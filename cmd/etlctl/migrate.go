@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -45,6 +47,11 @@ func runMigrate(args []string) int {
 		time.Second, 24*time.Hour,
 		"how long one migration is retried after lock timeouts (SQLSTATE 55P03) before the run fails")
 	if err := l.Parse(); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Println(migrateUsage)
+			l.Usage(os.Stdout)
+			return 0
+		}
 		fmt.Fprintf(os.Stderr, "etlctl migrate: %v\n%s\n", err, migrateUsage)
 		return 2
 	}
