@@ -124,7 +124,7 @@ func addFleetFlags(fs *flag.FlagSet, o *fleetOptions) {
 	}
 	fs.Func("fleet-pool-sizes", "fleet workers: run each count once per MIGHTYETL_WORKER_POOL_SIZE of this list (default: the binary's default only)", sizes(&o.PoolSizes))
 	fs.Func("fleet-intake-pool-sizes", "fleet intakes: run each count once per MIGHTYETL_INTAKE_POOL_SIZE of this list (default: the binary's default only)", sizes(&o.IntakePoolSizes))
-	fs.IntVar(&o.Backlog, "fleet-backlog", 300_000, "fleet workers: jobs inserted before the throughput window (must outlast warm-up and window)")
+	fs.IntVar(&o.Backlog, "fleet-backlog", 600_000, "fleet workers: jobs inserted before the throughput window (must outlast warm-up and window)")
 	fs.IntVar(&o.MixedWorkers, "fleet-mixed-workers", 8, "fleet mixed: worker processes")
 	fs.IntVar(&o.MixedIntakes, "fleet-mixed-intakes", 2, "fleet mixed: intake processes")
 	fs.StringVar(&o.Pooler, "fleet-pooler", "", "fleet mixed: also run through this pooler (pgbouncer: internal/pgbouncertest, transaction mode)")
@@ -488,11 +488,14 @@ func (h *harness) fleetWorkers(ctx context.Context, n, poolSize, round int) (Res
 
 	// The backlog, in one statement per 250,000 jobs: the workers see it
 	// at its commit and work it down; the window ends well before it does.
-	res.Settings["backlog"] = fmt.Sprintf("%d zero-duration jobs inserted in one statement (bulkInsert) after the pickup part, then a NATS wake-up; no feed", o.Backlog)
-	if _, err := h.bulkInsert(ctx, o.Backlog, zeroPayload); err != nil {
-		return res, err
+	res.Settings["backlog"] = fmt.Sprintf("%d zero-duration jobs inserted after the pickup part in statements of 100,000 (bulkInsertSQL, no VACUUM), a NATS wake-up after each; no feed", o.Backlog)
+	tag := "bench-fleet-" + uuid.NewString()
+	for lo := 1; lo <= o.Backlog; lo += 100_000 {
+		if _, err := h.pool.Exec(ctx, bulkInsertSQL, benchPrincipal, tag, zeroPayload, lo, min(lo+100_000-1, o.Backlog)); err != nil {
+			return res, fmt.Errorf("insert the backlog: %w", err)
+		}
+		fn.wake()
 	}
-	fn.wake()
 	if err := sleepCtx(ctx, o.Warmup); err != nil {
 		return res, err
 	}
