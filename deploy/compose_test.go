@@ -128,7 +128,7 @@ func TestComposeProcessesUseLeastPrivilegeRoles(t *testing.T) {
 	}{
 		"/usr/local/bin/etlctl migrate": {"mightyetl_migrator_login", []string{"mightyetl_migrator_role"}},
 		"/usr/local/bin/intake":         {"mightyetl_intake_login", []string{"mightyetl_intake_role", "mightyetl_relay_role"}},
-		"/usr/local/bin/worker":         {"mightyetl_worker_login", []string{"mightyetl_worker_role"}},
+		"/usr/local/bin/worker":         {"mightyetl_worker_login", []string{"mightyetl_maintenance_role", "mightyetl_worker_role"}},
 	}
 	services, _ := composeServices(t)
 	seen := map[string]bool{}

@@ -18,7 +18,8 @@ BEGIN;
 -- The group roles (least-privilege.sql creates them too, when missing).
 SELECT format('CREATE ROLE %I NOLOGIN', r)
 FROM unnest(ARRAY['mightyetl_migrator_role', 'mightyetl_worker_role',
-                  'mightyetl_intake_role', 'mightyetl_relay_role']) AS r
+                  'mightyetl_intake_role', 'mightyetl_relay_role',
+                  'mightyetl_maintenance_role']) AS r
 WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r)
 \gexec
 
@@ -34,7 +35,9 @@ ALTER ROLE mightyetl_worker_login   LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NO
 GRANT mightyetl_migrator_role TO mightyetl_migrator_login;
 -- The intake runs the outbox relay in its own process.
 GRANT mightyetl_intake_role, mightyetl_relay_role TO mightyetl_intake_login;
-GRANT mightyetl_worker_role TO mightyetl_worker_login;
+-- The worker runs the fleet's built-in retention when elected
+-- (MIGHTYETL_MAINTENANCE_ENABLED, default true).
+GRANT mightyetl_worker_role, mightyetl_maintenance_role TO mightyetl_worker_login;
 
 -- Objects the migrator creates are owned by the group role, not the login.
 ALTER ROLE mightyetl_migrator_login SET role = 'mightyetl_migrator_role';

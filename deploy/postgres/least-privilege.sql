@@ -22,7 +22,10 @@
 --
 -- cmd/intake connects with one DATABASE_URL. While the outbox relay runs in
 -- the intake process, that login needs both mightyetl_intake_role and
--- mightyetl_relay_role.
+-- mightyetl_relay_role. Likewise cmd/worker runs the fleet's built-in
+-- retention (MIGHTYETL_MAINTENANCE_ENABLED, default true): its login needs
+-- mightyetl_worker_role and mightyetl_maintenance_role, or set
+-- MIGHTYETL_MAINTENANCE_ENABLED=false and run `etlctl prune` as the owner.
 
 \set ON_ERROR_STOP on
 
@@ -44,7 +47,8 @@ DECLARE
     r text;
 BEGIN
     FOREACH r IN ARRAY ARRAY['mightyetl_migrator_role', 'mightyetl_worker_role',
-                             'mightyetl_intake_role', 'mightyetl_relay_role']
+                             'mightyetl_intake_role', 'mightyetl_relay_role',
+                             'mightyetl_maintenance_role']
     LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN
             EXECUTE format('CREATE ROLE %I NOLOGIN', r);
@@ -57,6 +61,7 @@ $roles$;
 ALTER ROLE mightyetl_worker_role NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS;
 ALTER ROLE mightyetl_intake_role NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS;
 ALTER ROLE mightyetl_relay_role  NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS;
+ALTER ROLE mightyetl_maintenance_role NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS;
 -- The migrator creates tables in this database, never databases or roles.
 ALTER ROLE mightyetl_migrator_role NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS;
 
@@ -73,7 +78,8 @@ REVOKE CREATE ON SCHEMA public FROM PUBLIC;
 DO $temporary$
 BEGIN
     EXECUTE format('REVOKE TEMPORARY ON DATABASE %I FROM PUBLIC, mightyetl_migrator_role, '
-                   'mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role', current_database());
+                   'mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role, mightyetl_maintenance_role',
+                   current_database());
 END
 $temporary$;
 
@@ -135,14 +141,14 @@ $goose$;
 REVOKE ALL ON TABLE etl_job_records, etl_idempotency_records, processed_data, etl_outbox_events,
                     etl_job_claim_queue, etl_operator_audit_records, etl_schema_compatibility,
                     etl_maintenance_leader
-    FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
+    FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role, mightyetl_maintenance_role;
 REVOKE ALL ON SEQUENCE etl_lease_fencing_token_sequence, processed_data_processed_data_id_seq
-    FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
+    FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role, mightyetl_maintenance_role;
 DO $goose_revoke$
 BEGIN
     IF to_regclass('public.mightyetl_schema_migrations') IS NOT NULL THEN
         REVOKE ALL ON TABLE mightyetl_schema_migrations
-            FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
+            FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role, mightyetl_maintenance_role;
         -- Every binary reads the schema version at start-up and in /readyz.
         GRANT SELECT ON TABLE mightyetl_schema_migrations
             TO mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
@@ -154,20 +160,21 @@ $goose_revoke$;
 GRANT SELECT ON TABLE etl_schema_compatibility
     TO mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
 
-GRANT USAGE ON SCHEMA public TO mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
+GRANT USAGE ON SCHEMA public TO mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role,
+    mightyetl_maintenance_role;
 
 -- Functions are executable by PUBLIC by default; the SECURITY DEFINER
 -- cancellation (migration 00009) is the intake's alone.
 REVOKE ALL ON FUNCTION etl_cancel_job(uuid, text, text)
-    FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
+    FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role, mightyetl_maintenance_role;
 -- The operator console's cancellation and bounded reads (migration 00010)
 -- are the intake's alone too.
 REVOKE ALL ON FUNCTION etl_operator_cancel_job(uuid, text, text), etl_ops_job_private(uuid),
                        etl_ops_active_jobs(integer), etl_ops_counters(), etl_ops_outbox_backlog(integer)
-    FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
+    FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role, mightyetl_maintenance_role;
 -- So is the operator's replay (migration 00011).
 REVOKE ALL ON FUNCTION etl_operator_replay_job(uuid, text, text, text, text, uuid)
-    FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role;
+    FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role, mightyetl_maintenance_role;
 
 ------------------------------------------------------------------------------
 -- Worker: claim, renew, succeed, retry, fail, release (internal/lease) and the
@@ -265,5 +272,33 @@ GRANT UPDATE (outbox_event_id) ON TABLE etl_outbox_events TO mightyetl_relay_rol
 -- With tracing on, lifecycle events carry the job's submit traceparent
 -- (migration 00012): the relay reads that column by job id and no other.
 GRANT SELECT (job_record_id, submit_traceparent) ON TABLE etl_job_records TO mightyetl_relay_role;
+
+------------------------------------------------------------------------------
+-- Maintenance (internal/maintenance, docs/operations/maintenance.md): the
+-- worker fleet's elected retention, the statements of `etlctl prune` under a
+-- leader row (migration 00022).
+--   * The leader row: take (INSERT ... ON CONFLICT DO UPDATE), renew and
+--     fence (UPDATE), resign (DELETE).
+--   * DELETE of terminal jobs, ledger, outbox, audit and orphan claim-queue
+--     rows, and SELECT of only the columns the statements (and the lineage
+--     guard of 00017, which runs as the deleting role) read: never a
+--     payload, and of the ledger only its hashed primary key.
+--   * SELECT ... FOR UPDATE SKIP LOCKED needs UPDATE privilege on some
+--     column: the identity columns of the outbox and the audit (GENERATED
+--     ALWAYS, so no value can be written), the job's updated_at (the worker
+--     role may write it already) and the ledger's created_at (moving it
+--     only moves that row's own retention).
+------------------------------------------------------------------------------
+GRANT SELECT, INSERT, DELETE, UPDATE ON TABLE etl_maintenance_leader TO mightyetl_maintenance_role;
+GRANT SELECT (job_record_id, job_status, updated_at, replay_source_job_record_id, replay_root_job_record_id),
+      UPDATE (updated_at), DELETE
+    ON TABLE etl_job_records TO mightyetl_maintenance_role;
+GRANT SELECT, DELETE ON TABLE etl_job_claim_queue TO mightyetl_maintenance_role;
+GRANT SELECT (principal_scope_hash, idempotency_key_hash, created_at), UPDATE (created_at), DELETE
+    ON TABLE etl_idempotency_records TO mightyetl_maintenance_role;
+GRANT SELECT (outbox_event_id, occurred_at), UPDATE (outbox_event_id), DELETE
+    ON TABLE etl_outbox_events TO mightyetl_maintenance_role;
+GRANT SELECT (audit_record_id, created_at), UPDATE (audit_record_id), DELETE
+    ON TABLE etl_operator_audit_records TO mightyetl_maintenance_role;
 
 COMMIT;
