@@ -22,8 +22,10 @@ import (
 func runRelay(args []string) int {
 	var databaseURL string
 	var nc config.NATS
+	var db config.Database
 	l := config.NewLoader("etlctl relay", args, os.Getenv)
 	l.String(&databaseURL, "DATABASE_URL", "database-url", config.DefaultDatabaseURL, "PostgreSQL URL", nil)
+	config.RegisterDatabase(l, &db)
 	config.RegisterNATS(l, &nc)
 	if err := l.Parse(); err != nil {
 		fmt.Fprintf(os.Stderr, "etlctl relay: invalid configuration: %v\n", err)
@@ -40,7 +42,7 @@ func runRelay(args []string) int {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "relay")
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	pool, err := pg.NewPool(ctx, databaseURL, pg.PoolOptions{MaxConns: 4, ApplicationName: "mightyetl-relay"})
+	pool, err := pg.NewPool(ctx, databaseURL, pg.PoolOptions{MaxConns: 4, ApplicationName: "mightyetl-relay", Pooler: db.Pooler})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "etlctl relay: database %s: %s\n", pg.RedactURL(databaseURL), pg.RedactError(err, databaseURL))
 		return 1
@@ -51,6 +53,10 @@ func runRelay(args []string) int {
 	// MIGHTYETL_NATS_REQUESTS_ENABLED says.
 	bo.ConsumeRequests = false
 	bo.Pool, bo.Registry, bo.Log = pool, prometheus.NewRegistry(), log
+	if bo.Relay, err = app.RelayListen(bo.Relay, db, databaseURL, "mightyetl-relay", log); err != nil {
+		fmt.Fprintf(os.Stderr, "etlctl relay: %v\n", err)
+		return 2
+	}
 	b := natsbridge.New(bo)
 	if err := b.Start(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "etlctl relay: %v\n", err)

@@ -65,7 +65,7 @@ func OpenIntakePools(ctx context.Context, cfg config.Intake, appName string) (In
 		if err != nil {
 			return
 		}
-		o.ApplicationName = appName
+		o.ApplicationName, o.Pooler = appName, cfg.Database.Pooler
 		if *dst, err = pg.NewPool(ctx, cfg.DatabaseURL, o); err != nil {
 			err = fmt.Errorf("%s pool: %w", role, err)
 		}
@@ -216,6 +216,11 @@ func NewIntake(cfg config.Intake, pools IntakePools, o IntakeOptions) (in *Intak
 	}
 	bo := BridgeOptions(cfg.NATS, o.Name, cfg.MaxPayloadBytes)
 	bo.Pool, bo.Service, bo.Registry, bo.Log = pools.Relay, svc, reg, log
+	if cfg.NATS.Enabled() {
+		if bo.Relay, err = RelayListen(bo.Relay, cfg.Database, cfg.DatabaseURL, o.Name, log); err != nil {
+			return nil, err
+		}
+	}
 	bo.Requests.Gate = gate
 	bridge := natsbridge.New(bo)
 	if cons != nil {

@@ -67,6 +67,14 @@ type Options struct {
 	// Source is the CloudEvents source of lifecycle events; empty means
 	// events.DefaultSource.
 	Source string
+	// ListenConnConfig configures the LISTEN connection; nil means a copy
+	// of the pool's connection configuration. A pool that goes through a
+	// transaction pooler (PgBouncer pool_mode = transaction) cannot LISTEN:
+	// give a configuration that reaches PostgreSQL directly, or PollOnly.
+	ListenConnConfig *pgx.ConnConfig
+	// PollOnly runs no LISTEN connection: the relay takes batches on its
+	// poll interval and on Wake only.
+	PollOnly bool
 }
 
 // WithDefaults returns o with every non-positive duration or size set to
@@ -155,21 +163,26 @@ func (r *Relay) start(ctx context.Context) (startstop.StopFunc, error) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stopOnParent := context.AfterFunc(ctx, cancel)
 
-	listener := &pgxlisten.Listener{
-		Connect: func(ctx context.Context) (*pgx.Conn, error) {
-			return pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig.Copy())
-		},
-		LogError:       r.listenError,
-		ReconnectDelay: r.opts.ListenReconnectDelay,
-	}
-	listener.Handle(NotifyChannel, listenHandler{r})
-
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		_ = listener.Listen(runCtx) // returns only when runCtx ends
-	})
+	if !r.opts.PollOnly {
+		listenConfig := r.opts.ListenConnConfig
+		if listenConfig == nil {
+			listenConfig = r.pool.Config().ConnConfig
+		}
+		listener := &pgxlisten.Listener{
+			Connect: func(ctx context.Context) (*pgx.Conn, error) {
+				return pgx.ConnectConfig(ctx, listenConfig.Copy())
+			},
+			LogError:       r.listenError,
+			ReconnectDelay: r.opts.ListenReconnectDelay,
+		}
+		listener.Handle(NotifyChannel, listenHandler{r})
+		wg.Go(func() {
+			_ = listener.Listen(runCtx) // returns only when runCtx ends
+		})
+	}
 	wg.Go(func() { r.loop(runCtx) })
-	r.log.Info("outbox relay started", "poll_interval", r.opts.PollInterval.String(), "batch_size", r.opts.BatchSize)
+	r.log.Info("outbox relay started", "poll_interval", r.opts.PollInterval.String(), "batch_size", r.opts.BatchSize, "listen", !r.opts.PollOnly)
 	return func(context.Context) error {
 		stopOnParent()
 		cancel()
