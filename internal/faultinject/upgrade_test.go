@@ -305,9 +305,12 @@ func TestVersionSkewRollingUpgrade(t *testing.T) {
 
 	// The figures: counts and durations only.
 	var table strings.Builder
+	var deploy time.Duration
 	for _, p := range phases {
 		fmt.Fprintf(&table, "  %-75s %8s\n", p.name, p.took.Round(time.Millisecond))
+		deploy += p.took
 	}
+	fmt.Fprintf(&table, "  %-75s %8s", "all steps", deploy.Round(time.Millisecond))
 	t.Logf("deploy steps:\n%s", table.String())
 	t.Logf("migrations: %d applied up (schema %d -> %d), %d rolled back (schema %d -> %d)",
 		len(newer), prev.Schema, cur.Schema, countBetween(cur.Migrations, prev.Schema, downFrom), downFrom, prev.Schema)
@@ -319,7 +322,7 @@ func TestVersionSkewRollingUpgrade(t *testing.T) {
 	t.Logf("jobs %d: succeeded %d, failed %d, cancelled %d; failed by reason: %s; failures no submission asked for: %d",
 		report.Jobs, status["SUCCEEDED"], status["FAILED"], status["CANCELLED"], formatCounts(failedBy), unasked)
 	if len(gatedOnPrevious) > 0 {
-		t.Logf("on the previous schema the current release was not ready (gated): %s", strings.Join(gatedOnPrevious, ", "))
+		t.Logf("on the previous schema the current release was not ready (%q means gated): %s", "schema version incompatible", strings.Join(gatedOnPrevious, ", "))
 	} else {
 		t.Logf("on the previous schema the current release stayed ready")
 	}
