@@ -17,6 +17,10 @@
 //     body until acknowledged, plus owners that cancel running jobs.
 //   - Injector: the fault schedule and the recovery times it measures.
 //   - Checker: the invariants (see docs/reliability.md).
+//   - Release, Deployment, Frontend: the previous release (the commit in
+//     compat/previous-release) built from git, and a fleet whose intake
+//     (behind a draining load balancer) and workers are replaced one at a
+//     time by another build's (the version-skew test).
 //
 // Nothing here prints a payload, key or id: the test output is counts only.
 // Details of a violation (job ids, the fault that preceded it) go to a file
