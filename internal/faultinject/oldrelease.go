@@ -101,7 +101,7 @@ func BuildRelease(ctx context.Context, moduleDir, commit string) (Release, error
 		return Release{}, fmt.Errorf("previous release %q is not a full 40-hex commit sha", commit)
 	}
 	if out, err := exec.CommandContext(ctx, "git", "-C", moduleDir, "cat-file", "-e", commit+"^{commit}").CombinedOutput(); err != nil {
-		return Release{}, fmt.Errorf("previous release %s (%s) is not in this repository's history: fetch it (a full clone, or git fetch --unshallow): %s",
+		return Release{}, fmt.Errorf("previous release %s (%s) is not in this repository's history: fetch it (a full clone, or git fetch --unshallow) [git: %s]",
 			commit, PreviousReleaseFile, lastLines(out, 1))
 	}
 	// The module may sit below the repository's top level; the archive

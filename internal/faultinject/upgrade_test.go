@@ -455,3 +455,45 @@ func TestProducersHonourRetryAfter(t *testing.T) {
 		t.Fatalf("a refused submission was retried %s after its refusal, before its Retry-After of 1 s", waits[0])
 	}
 }
+
+// TestPreviousReleaseFile: compat/previous-release parses (comment lines
+// skipped, one full sha), a malformed file is refused, and a commit absent
+// from the history fails in one line naming the fix before anything is
+// built.
+func TestPreviousReleaseFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(body string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(dir, "compat"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, PreviousReleaseFile), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sha := strings.Repeat("ab", 20)
+	write("# each release updates this\n\n" + sha + "\n")
+	if got, err := ReadPreviousRelease(dir); err != nil || got != sha {
+		t.Fatalf("ReadPreviousRelease = %q, %v; want %q", got, err, sha)
+	}
+	for _, bad := range []string{"", "# only a comment\n", "v0.1.0\n", sha[:12] + "\n", strings.ToUpper(sha) + "\n"} {
+		write(bad)
+		if got, err := ReadPreviousRelease(dir); err == nil {
+			t.Errorf("ReadPreviousRelease of %q = %q, want an error", bad, got)
+		}
+	}
+
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	moduleDir, err := ModuleRoot(wd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = BuildRelease(context.Background(), moduleDir, strings.Repeat("0", 40))
+	if err == nil || !strings.Contains(err.Error(), "is not in this repository's history: fetch it") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("BuildRelease of an absent commit: %v; want one line naming the fix", err)
+	}
+}
