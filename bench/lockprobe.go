@@ -149,7 +149,8 @@ func migrationNames() (map[int64]string, int64, error) {
 	return names, newest, nil
 }
 
-// lockProbeRange resolves the scenario's start and end versions.
+// resolve returns the scenario's start and end versions: the options'
+// own, else the defaults of the mode, checked against the newest migration.
 func (o lockProbeOptions) resolve(newest int64) (from, to int64, err error) {
 	from, to = o.From, o.To
 	if from == 0 {
