@@ -439,7 +439,7 @@ func loadConfig(t *testing.T, w workload) (any, []config.Setting, error) {
 		}
 	}
 	for k := range w.secretEnv {
-		if k == "DATABASE_URL" {
+		if strings.HasSuffix(k, "_URL") {
 			env[k] = "postgres://mightyetl_test@db.invalid:5432/mightyetl"
 			continue
 		}
@@ -462,7 +462,8 @@ func loadConfig(t *testing.T, w workload) (any, []config.Setting, error) {
 // every value validates, every ConfigMap key is a setting of that binary
 // (a misspelt one would be ignored silently), the listen address is not
 // loopback and its port is the container port the probes use, /healthz and
-// /readyz are the liveness and readiness paths, and the pod's
+// /readyz are the liveness and readiness paths, an intake behind a
+// transaction pooler has its direct URL for LISTEN, and the pod's
 // terminationGracePeriodSeconds covers the preStop pause plus the loaded
 // MIGHTYETL_SHUTDOWN_GRACE_PERIOD plus shutdownMargin.
 func TestKubernetesSettingsLoad(t *testing.T) {
@@ -499,6 +500,11 @@ func TestKubernetesSettingsLoad(t *testing.T) {
 				addr, grace = c.HTTPAddr, c.ShutdownGrace
 			case config.Worker:
 				addr, grace = c.MetricsAddr, c.ShutdownGrace
+			}
+			if w.binary == "intake" && w.env["MIGHTYETL_DATABASE_POOLER"] == "transaction" {
+				if _, ok := w.secretEnv["MIGHTYETL_DATABASE_DIRECT_URL"]; !ok {
+					t.Errorf("%s: through a transaction pooler without MIGHTYETL_DATABASE_DIRECT_URL from a Secret (the outbox relay could not LISTEN)", where)
+				}
 			}
 			if _, ok := w.env["MIGHTYETL_SHUTDOWN_GRACE_PERIOD"]; !ok {
 				t.Errorf("%s: MIGHTYETL_SHUTDOWN_GRACE_PERIOD is not set explicitly (the pod's grace period is derived from it)", where)
