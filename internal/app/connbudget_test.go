@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -133,6 +134,9 @@ func TestIntakeConnBudgetIsThePools(t *testing.T) {
 		{"defaults, no NATS", map[string]string{}, config.DefaultIntakePoolSize + 3},
 		{"defaults, NATS", map[string]string{"NATS_URL": natsURL}, config.DefaultIntakePoolSize + 4},
 		{"pool size 5, NATS", map[string]string{"NATS_URL": natsURL, "MIGHTYETL_INTAKE_POOL_SIZE": "5"}, 9},
+		// Behind a transaction pooler the relay LISTENs only on a direct URL.
+		{"pooler, no direct URL, NATS", map[string]string{"NATS_URL": natsURL, "MIGHTYETL_DATABASE_POOLER": "transaction"}, config.DefaultIntakePoolSize + 3},
+		{"pooler, direct URL, NATS", map[string]string{"NATS_URL": natsURL, "MIGHTYETL_DATABASE_POOLER": "transaction", "MIGHTYETL_DATABASE_DIRECT_URL": url}, config.DefaultIntakePoolSize + 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.env["DATABASE_URL"] = url
@@ -172,11 +176,13 @@ func TestIntakeConnBudgetIsThePools(t *testing.T) {
 }
 
 // listeningBackends starts the intake on pools, waits until its outbox
-// relay listens, and returns how many backends of the database wait in
-// LISTEN (the relay's connection is outside the pools).
+// relay listens (or, when it polls only, until it logged so), and returns
+// how many backends of the database wait in LISTEN (the relay's connection
+// is outside the pools).
 func listeningBackends(t *testing.T, pools IntakePools, cfg config.Intake) int {
 	t.Helper()
-	in, err := NewIntake(cfg, pools, IntakeOptions{Name: "mightyetl-test"})
+	var log syncBuffer
+	in, err := NewIntake(cfg, pools, IntakeOptions{Name: "mightyetl-test", Logger: slog.New(slog.NewJSONHandler(&log, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,8 +200,29 @@ func listeningBackends(t *testing.T, pools IntakePools, cfg config.Intake) int {
 		}
 		return n
 	}
+	if strings.Contains(log.String(), "outbox relay polling only") {
+		return count()
+	}
 	testwait.For(t, 20*time.Second, "the outbox relay to LISTEN", func() bool { return count() > 0 })
 	return count()
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // TestFleetDefaultsFitTheBudget: 8 workers and 2 intakes (with NATS, the
