@@ -247,8 +247,10 @@ GRANT EXECUTE ON FUNCTION etl_operator_replay_job(uuid, text, text, text, text, 
 -- The operator audit (migration 00020) is append-only: the operator's
 -- cancellation and replay statements insert its rows (never the id or
 -- created_at: the identity and the database clock decide them) and the
--- console reads them; no UPDATE, DELETE or TRUNCATE. Only `etlctl prune`,
--- run as the owner (the migrator), deletes rows older than its window.
+-- console reads them; no UPDATE, DELETE or TRUNCATE. Only retention deletes
+-- rows older than its window: `etlctl prune` run as the owner (the
+-- migrator), or the worker fleet's elected maintainer
+-- (mightyetl_maintenance_role, below).
 GRANT SELECT ON TABLE etl_operator_audit_records TO mightyetl_intake_role;
 GRANT INSERT (operator_principal_scope_hash, operator_action, job_record_id, replay_job_record_id,
               bulk_filter, job_count, outcome_code)

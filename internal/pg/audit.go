@@ -224,8 +224,9 @@ DELETE FROM etl_operator_audit_records a USING doomed d WHERE a.audit_record_id 
 // olderThan ago by the database clock, in batches of at most limit rows,
 // until a batch comes up short, and returns how many it deleted (also when
 // ctx ends or a batch fails part way). olderThan must be positive and limit
-// at least 1. The role that runs it needs DELETE on the table, which no
-// application role of deploy/postgres/least-privilege.sql holds.
+// at least 1. The role that runs it needs DELETE on the table, which of the
+// roles of deploy/postgres/least-privilege.sql only the owner and
+// mightyetl_maintenance_role (the worker fleet's elected retention) hold.
 func PruneOperatorAudit(ctx context.Context, db DBTX, olderThan time.Duration, limit int) (int64, error) {
 	return prune(ctx, db, "prune operator audit", pruneOperatorAuditSQL, olderThan, limit)
 }
