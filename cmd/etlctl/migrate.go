@@ -28,6 +28,10 @@ func runMigrate(args []string) int {
 	var databaseURL, toRaw string
 	l := config.NewLoader("etlctl migrate", args[1:], os.Getenv)
 	l.String(&databaseURL, "DATABASE_URL", "database-url", config.DefaultDatabaseURL, "PostgreSQL URL", nil)
+	// Migrations hold goose's session advisory lock: behind a transaction
+	// pooler they run on MIGHTYETL_DATABASE_DIRECT_URL, or not at all.
+	var db config.Database
+	config.RegisterDatabase(l, &db)
 	l.String(&toRaw, "MIGHTYETL_MIGRATE_TO", "to", "",
 		"target schema version: up applies migrations up to it, down rolls back to it exactly (default: up applies all, down rolls back one)",
 		func(s string) error {
@@ -53,6 +57,11 @@ func runMigrate(args []string) int {
 			return 0
 		}
 		fmt.Fprintf(os.Stderr, "etlctl migrate: %v\n%s\n", err, migrateUsage)
+		return 2
+	}
+	databaseURL, err := db.MigrationURL(databaseURL)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "etlctl migrate: %v\n", err)
 		return 2
 	}
 	switch verb {
