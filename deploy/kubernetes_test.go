@@ -3,7 +3,9 @@ package deploy_test
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math"
 	"net"
@@ -327,8 +329,10 @@ func exampleSecrets(t *testing.T) map[string]map[string]string {
 			Data     map[string]string     `yaml:"data"`
 			String   map[string]string     `yaml:"stringData"`
 		}
-		if err := dec.Decode(&s); err != nil {
+		if err := dec.Decode(&s); errors.Is(err, io.EOF) {
 			break
+		} else if err != nil {
+			t.Fatalf("secrets.example.yaml: %v", err)
 		}
 		if s.Kind != "Secret" || len(s.Data) > 0 {
 			t.Fatalf("secrets.example.yaml: %s %s: want Secrets with stringData placeholders only", s.Kind, s.Metadata.Name)
@@ -384,7 +388,8 @@ func workloads(t *testing.T, dir string, objs []k8sObject) []workload {
 					t.Errorf("%s %s: envFrom ConfigMap %s is not rendered", dir, o.id(), name)
 					continue
 				}
-				for k, v := range cfg["data"].(map[string]any) {
+				data, _ := cfg["data"].(map[string]any)
+				for k, v := range data {
 					w.env[k] = str(v)
 					w.configKeys[k] = name
 				}
@@ -593,7 +598,8 @@ func TestKubernetesSecretsComeFromSecrets(t *testing.T) {
 			case "Secret":
 				t.Errorf("%s renders %s: Secrets come from outside the manifests (secrets.example.yaml)", dir, o.id())
 			case "ConfigMap":
-				for k, v := range o["data"].(map[string]any) {
+				data, _ := o["data"].(map[string]any)
+				for k, v := range data {
 					if secretSettings[k] {
 						t.Errorf("%s %s holds the secret setting %s", dir, o.id(), k)
 					}
