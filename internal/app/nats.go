@@ -26,7 +26,7 @@ func BridgeOptions(n config.NATS, name string, maxRequestBytes int) natsbridge.O
 	return natsbridge.Options{
 		Conn:            NATSConn(n, name),
 		SubjectPrefix:   n.SubjectPrefix,
-		Relay:           outbox.Options{PollInterval: n.OutboxPollInterval, BatchSize: n.OutboxBatchSize},
+		Relay:           outbox.Options{PollInterval: n.OutboxPollInterval, BatchSize: n.OutboxBatchSize, StreamReplicas: n.StreamReplicas},
 		ConsumeRequests: n.RequestsEnabled,
 		Requests: events.RequestConsumerOptions{
 			MaxRequestBytes:       int32(maxRequestBytes),
@@ -34,6 +34,7 @@ func BridgeOptions(n config.NATS, name string, maxRequestBytes int) natsbridge.O
 			MaxDeliveries:         n.RequestMaxDeliveries,
 			StreamMaxBytes:        int64(n.RequestsMaxBytes),
 			StreamMaxPerPrincipal: int64(n.RequestsMaxPerPrincipal),
+			StreamReplicas:        n.StreamReplicas,
 		},
 	}
 }

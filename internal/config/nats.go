@@ -58,6 +58,12 @@ type NATS struct {
 	// before it is terminated with a rejection (delays 1s doubling to 1m
 	// between them: about 24 minutes with the default).
 	RequestMaxDeliveries int
+	// StreamReplicas is MIGHTYETL_NATS_STREAM_REPLICAS, default 1, in
+	// [1, 5]: replicas of the request and lifecycle streams, applied when
+	// a process creates or updates them (an existing stream is updated to
+	// it). More than 1 needs a JetStream cluster of at least that many
+	// servers; every process must carry the same value.
+	StreamReplicas int
 }
 
 // Enabled reports whether a NATS server is configured.
@@ -92,6 +98,8 @@ func RegisterNATS(l *Loader, dst *NATS) {
 		events.DefaultRequestsMaxPerPrincipal, 1, 10_000_000, "requests of one principal waiting in the request stream")
 	l.Int(&dst.RequestMaxDeliveries, "MIGHTYETL_NATS_REQUEST_MAX_DELIVERIES", "nats-request-max-deliveries",
 		events.DefaultRequestMaxDeliveries, 1, 1000, "deliveries of a request that keeps failing before it is rejected")
+	l.Int(&dst.StreamReplicas, "MIGHTYETL_NATS_STREAM_REPLICAS", "nats-stream-replicas",
+		1, 1, events.MaxStreamReplicas, "replicas of the request and lifecycle streams (more than 1 needs a JetStream cluster)")
 }
 
 // Validate checks what spans several NATS settings: the client certificate

@@ -230,6 +230,10 @@ type RequestConsumerOptions struct {
 	// MaxRequestBytes they must pass RequestsLimits.Validate.
 	StreamMaxBytes        int64
 	StreamMaxPerPrincipal int64
+	// StreamReplicas is the request stream's replica count
+	// (MIGHTYETL_NATS_STREAM_REPLICAS); zero means 1. More than 1 needs a
+	// JetStream cluster; an existing stream is updated to it.
+	StreamReplicas int
 	// SetupRetry is the pause between attempts to create the stream and
 	// consumer while NATS is unavailable; zero means
 	// DefaultRequestSetupRetry.
@@ -425,7 +429,7 @@ func (c *RequestConsumer) setup(ctx context.Context) (jetstream.Consumer, error)
 	if err := limits.Validate(); err != nil {
 		return nil, fmt.Errorf("request stream limits: %w", err)
 	}
-	if _, err := EnsureStream(ctx, c.js, RequestsStreamConfig(c.subjects, limits)); err != nil {
+	if _, err := EnsureStream(ctx, c.js, WithReplicas(RequestsStreamConfig(c.subjects, limits), c.opts.StreamReplicas)); err != nil {
 		return nil, err
 	}
 	cons, err := c.js.CreateOrUpdateConsumer(ctx, c.subjects.RequestsStream(), jetstream.ConsumerConfig{

@@ -20,6 +20,19 @@ const (
 	LifecycleDuplicateWindow = 2 * time.Minute
 )
 
+// MaxStreamReplicas is the most replicas a JetStream stream may have
+// (MIGHTYETL_NATS_STREAM_REPLICAS is validated against it).
+const MaxStreamReplicas = 5
+
+// WithReplicas returns cfg with n replicas; n below 1 means 1 (the
+// default: one copy, as on a single server). A replica count above 1
+// needs a JetStream cluster of at least that many servers; the server
+// refuses it otherwise.
+func WithReplicas(cfg jetstream.StreamConfig, n int) jetstream.StreamConfig {
+	cfg.Replicas = max(n, 1)
+	return cfg
+}
+
 // ErrStreamConflict reports that a stream of the expected name exists but
 // captures other subjects (another prefix mapped to the same name, or a
 // stream someone else made). EnsureStream never takes such a stream over.
@@ -50,11 +63,19 @@ func LifecycleStreamConfig(s Subjects) jetstream.StreamConfig {
 // or the JetStream error (NATS unavailable, JetStream disabled, no
 // permission).
 func EnsureLifecycleStream(ctx context.Context, js jetstream.JetStream, prefix string) (jetstream.Stream, error) {
+	return EnsureLifecycleStreamReplicas(ctx, js, prefix, 1)
+}
+
+// EnsureLifecycleStreamReplicas is EnsureLifecycleStream with replicas
+// copies of the stream (WithReplicas). An existing stream with another
+// replica count is updated to replicas: JetStream in a cluster scales it
+// up or down in place, keeping its messages.
+func EnsureLifecycleStreamReplicas(ctx context.Context, js jetstream.JetStream, prefix string, replicas int) (jetstream.Stream, error) {
 	s, err := NewSubjects(prefix)
 	if err != nil {
 		return nil, err
 	}
-	return EnsureStream(ctx, js, LifecycleStreamConfig(s))
+	return EnsureStream(ctx, js, WithReplicas(LifecycleStreamConfig(s), replicas))
 }
 
 // EnsureStream creates the stream cfg or updates it to cfg. A stream of that

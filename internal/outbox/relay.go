@@ -75,6 +75,10 @@ type Options struct {
 	// PollOnly runs no LISTEN connection: the relay takes batches on its
 	// poll interval and on Wake only.
 	PollOnly bool
+	// StreamReplicas is the lifecycle stream's replica count
+	// (MIGHTYETL_NATS_STREAM_REPLICAS); zero means 1. More than 1 needs a
+	// JetStream cluster; an existing stream is updated to it.
+	StreamReplicas int
 }
 
 // WithDefaults returns o with every non-positive duration or size set to
@@ -452,7 +456,7 @@ func (r *Relay) publishLifecycle(ctx context.Context, rows []row, tps map[uuid.U
 	ctx, cancel := context.WithTimeout(ctx, r.opts.PublishTimeout)
 	defer cancel()
 	if !r.streamReady.Load() {
-		if _, err := events.EnsureLifecycleStream(ctx, r.js, r.subjects.Prefix()); err != nil {
+		if _, err := events.EnsureLifecycleStreamReplicas(ctx, r.js, r.subjects.Prefix(), r.opts.StreamReplicas); err != nil {
 			r.m.Published.WithLabelValues(metrics.OutboxKindLifecycle, metrics.OutboxFailed).Add(float64(len(rows)))
 			return nil, nil, 0, false, fmt.Errorf("ensure lifecycle stream: %w", err)
 		}
