@@ -76,10 +76,14 @@ func runBackfillWith(ctx context.Context, args []string, reg *pg.BackfillRegistr
 	}
 
 	var databaseURL string
+	var db config.Database
 	var o pg.BackfillOptions
 	l := config.NewLoader("etlctl backfill "+verb, rest, getenv)
 	if verb != "list" {
 		l.String(&databaseURL, "DATABASE_URL", "database-url", config.DefaultDatabaseURL, "PostgreSQL URL", nil)
+		// A backfill needs no session of its own: behind a transaction
+		// pooler it runs on DATABASE_URL (each batch is one transaction).
+		config.RegisterDatabase(l, &db)
 	}
 	if verb == "run" {
 		l.Int(&o.BatchSize, "MIGHTYETL_BACKFILL_BATCH_SIZE", "batch-size", pg.DefaultBackfillBatchSize, 1, 100000,
@@ -116,7 +120,7 @@ func runBackfillWith(ctx context.Context, args []string, reg *pg.BackfillRegistr
 
 	connectCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	pool, err := pg.NewPool(connectCtx, databaseURL, pg.PoolOptions{MaxConns: 2, ApplicationName: "mightyetl-etlctl-backfill"})
+	pool, err := pg.NewPool(connectCtx, databaseURL, pg.PoolOptions{MaxConns: 2, ApplicationName: "mightyetl-etlctl-backfill", Pooler: db.Pooler})
 	if err != nil {
 		fmt.Fprintf(stderr, "etlctl backfill %s: database %s: %s\n", verb, pg.RedactURL(databaseURL), pg.RedactError(err, databaseURL))
 		return 1

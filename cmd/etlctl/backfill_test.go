@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/mightyetl/mightyetl/internal/pg"
+	"github.com/mightyetl/mightyetl/internal/pgbouncertest"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 )
 
@@ -98,5 +99,32 @@ func TestBackfillListProductRegistry(t *testing.T) {
 	}
 	if out != want.String() || (want.Len() == 0) != strings.Contains(errOut, "carries no backfill") {
 		t.Fatalf("list: %q (stderr %q), want %q", out, errOut, want.String())
+	}
+}
+
+// Behind PgBouncer in transaction mode (MIGHTYETL_DATABASE_POOLER=
+// transaction) `etlctl backfill` runs on DATABASE_URL itself: each batch
+// is one transaction, its timeouts SET LOCAL.
+func TestBackfillCommandThroughTransactionPooler(t *testing.T) {
+	t.Parallel()
+	pool, direct := pgtest.NewDatabase(t, pgtest.Options{Empty: true, MaxConns: 2})
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE TABLE cli_t (id int PRIMARY KEY, a int NOT NULL, b int, n int NOT NULL DEFAULT 0);
+		INSERT INTO cli_t (id, a) SELECT g, g FROM generate_series(1, 30) g`); err != nil {
+		t.Fatal(err)
+	}
+	reg := &pg.BackfillRegistry{}
+	if err := reg.Register(cliBackfill); err != nil {
+		t.Fatal(err)
+	}
+	b := pgbouncertest.Start(t, pgbouncertest.Options{PoolSize: 2})
+	env := map[string]string{"DATABASE_URL": b.URL(direct), "MIGHTYETL_DATABASE_POOLER": "transaction"}
+	code, out, errOut := backfillCLI(ctx, reg, env, "run", "cli_test_fill", "-batch-size", "8")
+	if code != 0 || !strings.HasSuffix(out, "done: 30 rows this run; 0 remain\n") {
+		t.Fatalf("run through PgBouncer: exit %d\n%s%s", code, out, errOut)
+	}
+	var wrong int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM cli_t WHERE b IS DISTINCT FROM a + 1 OR n <> 1`).Scan(&wrong); err != nil || wrong != 0 {
+		t.Fatalf("%d rows not done exactly once (%v)", wrong, err)
 	}
 }
