@@ -58,7 +58,7 @@ func StartProducers(stop, finish context.Context, sys *System, ledger *Ledger, s
 		}()
 	}
 	for i, name := range sys.NATSNames {
-		nc, err := nats.Connect(sys.NATS.URL(), nats.Name("faultinject-producer"), nats.MaxReconnects(-1),
+		nc, err := nats.Connect(sys.NATSURL(), nats.Name("faultinject-producer"), nats.MaxReconnects(-1),
 			nats.ReconnectWait(100*time.Millisecond), nats.RetryOnFailedConnect(true))
 		if err != nil {
 			return nil, errors.Join(err, p.Wait())

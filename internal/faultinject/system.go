@@ -57,6 +57,10 @@ type Config struct {
 	// Replication gives PostgreSQL a streaming standby (failover.go);
 	// zero means none.
 	Replication Replication
+	// NATSNodes above 1 runs a JetStream cluster of that many nodes
+	// (natscluster.go) instead of one server, with the streams at that
+	// many replicas; zero means one server.
+	NATSNodes int
 }
 
 // System is the whole deployment under test: a private PostgreSQL, a
@@ -82,6 +86,9 @@ type System struct {
 	DB         *pgxpool.Pool
 	cancel     context.CancelFunc
 	client     *http.Client
+
+	// NATSCluster replaces NATS when Config.NATSNodes > 1 (NATS is nil).
+	NATSCluster *NATSCluster
 }
 
 // StartSystem builds the binaries and starts everything. On error it stops
@@ -139,10 +146,7 @@ func StartSystem(ctx context.Context, cfg Config) (s *System, err error) {
 	if s.DB, err = pgxpool.New(ctx, directURL); err != nil {
 		return s, fmt.Errorf("harness pool: %w", err)
 	}
-	if s.NATS, err = NewNATSServer(cfg.RunDir); err != nil {
-		return s, err
-	}
-	if err = s.NATS.Start(ctx); err != nil {
+	if err = s.startNATS(ctx); err != nil {
 		return s, err
 	}
 	if s.Proxy, err = NewProxy(s.PG.Addr()); err != nil {
@@ -184,7 +188,7 @@ func (s *System) startIntake(ctx context.Context, databaseURL, credsFile string)
 // intakeEnv is the intake's environment: databaseURL, the Basic credentials
 // file and the HTTP listen address.
 func (s *System) intakeEnv(databaseURL, credsFile, addr string) []string {
-	return s.env(
+	return append(s.env(
 		"DATABASE_URL="+databaseURL,
 		"MIGHTYETL_HTTP_ADDR="+addr,
 		"MIGHTYETL_AUTH_MODE=basic",
@@ -194,11 +198,10 @@ func (s *System) intakeEnv(databaseURL, credsFile, addr string) []string {
 		"MIGHTYETL_DIAGNOSTIC_JOBS_ENABLED=true",
 		"MIGHTYETL_WORKER_POLL_INTERVAL="+workerPoll,
 		"MIGHTYETL_SHUTDOWN_GRACE_PERIOD=5s",
-		"NATS_URL="+s.NATS.URL(),
 		"MIGHTYETL_NATS_SUBJECT_PREFIX="+s.Prefix,
 		"MIGHTYETL_NATS_REQUESTS_ENABLED=true",
 		"MIGHTYETL_OUTBOX_POLL_INTERVAL="+outboxPoll,
-	)
+	), s.natsEnv()...)
 }
 
 func (s *System) startWorker(ctx context.Context, i int, databaseURL string) error {
@@ -220,7 +223,7 @@ func (s *System) startWorker(ctx context.Context, i int, databaseURL string) err
 // workerEnv is a worker's environment: its worker id, databaseURL and the
 // metrics listen address.
 func (s *System) workerEnv(workerID, databaseURL, addr string) []string {
-	return s.env(
+	return append(s.env(
 		"DATABASE_URL="+databaseURL,
 		"MIGHTYETL_WORKER_ID="+workerID,
 		"MIGHTYETL_WORKER_CONCURRENCY="+workerConcurrency,
@@ -232,9 +235,8 @@ func (s *System) workerEnv(workerID, databaseURL, addr string) []string {
 		"MIGHTYETL_RETRY_MAX_DELAY=1s",
 		"MIGHTYETL_SHUTDOWN_GRACE_PERIOD=5s",
 		"MIGHTYETL_METRICS_ADDR="+addr,
-		"NATS_URL="+s.NATS.URL(),
 		"MIGHTYETL_NATS_SUBJECT_PREFIX="+s.Prefix,
-	)
+	), s.natsEnv()...)
 }
 
 // env is the harness's environment without any mightyETL, database or NATS
@@ -288,6 +290,9 @@ func (s *System) Stop(ctx context.Context) {
 	}
 	if s.NATS != nil {
 		s.NATS.Stop(10 * time.Second)
+	}
+	if s.NATSCluster != nil {
+		s.NATSCluster.Stop(10 * time.Second)
 	}
 	if s.Proxy != nil {
 		s.Proxy.Close()
