@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -84,6 +85,30 @@ SET expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond'
 WHERE leader_name = $1 AND holder_id = $2 AND leader_token = $3
   AND expires_at > clock_timestamp()`
 
+// maintenanceSettingsSQL sets, for the batch's transaction only
+// (set_config's is_local: through a pooler too), the statement timeout $1
+// (whole milliseconds; "" keeps the session's) and the planner's defaults: the
+// worker's execution pool pins index plans (PoolOptions.PinnedPlans:
+// sequential scans, sorts and hash joins priced out, generic plans), which
+// suits the lease statements but would turn prune's scans of a table
+// without a window index into full index scans.
+const maintenanceSettingsSQL = `
+SELECT set_config('statement_timeout', coalesce(nullif($1::text, ''), current_setting('statement_timeout')), true),
+       set_config('plan_cache_mode', 'auto', true),
+       set_config('enable_seqscan', 'on', true), set_config('enable_bitmapscan', 'on', true),
+       set_config('enable_hashjoin', 'on', true), set_config('enable_mergejoin', 'on', true),
+       set_config('enable_sort', 'on', true)`
+
+// maintenanceStatementTimeout is statement_timeout's value for d: whole
+// milliseconds (at least 1), or "" (keep the session's) when d is not
+// positive.
+func maintenanceStatementTimeout(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return strconv.FormatInt(max(d.Milliseconds(), 1), 10)
+}
+
 // resignLeadershipSQL deletes the term's row, so another process takes the
 // leadership at its next attempt instead of after the expiry.
 const resignLeadershipSQL = `
@@ -155,8 +180,9 @@ type FencedPrune struct {
 	// TTL is how far each batch's fence extends the term (database clock).
 	TTL time.Duration
 	// StatementTimeout, when positive, bounds each statement of a batch's
-	// transaction (SET LOCAL statement_timeout: per transaction, so it
-	// holds through a pooler).
+	// transaction (set per transaction, so it holds through a pooler);
+	// zero keeps the pool's. Each batch also restores the planner's defaults
+	// (maintenanceSettingsSQL).
 	StatementTimeout time.Duration
 }
 
@@ -174,11 +200,8 @@ type FencedPrune struct {
 func (f FencedPrune) Prune(ctx context.Context, db TxStarter, kind PruneKind, olderThan time.Duration, limit int) (int64, error) {
 	exec := func(ctx context.Context, sql string, args ...any) (tag pgconn.CommandTag, err error) {
 		err = WithTx(ctx, readCommittedBeginner{db}, func(tx pgx.Tx) error {
-			if f.StatementTimeout > 0 {
-				// A literal: SET takes no parameters. Whole milliseconds.
-				if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", f.StatementTimeout.Milliseconds())); err != nil {
-					return err
-				}
+			if _, err := tx.Exec(ctx, maintenanceSettingsSQL, maintenanceStatementTimeout(f.StatementTimeout)); err != nil {
+				return err
 			}
 			fence, err := tx.Exec(ctx, fenceLeadershipSQL, f.Term.Name, f.Term.Holder, f.Term.Token, f.TTL.Microseconds())
 			if err != nil {

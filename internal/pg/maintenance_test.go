@@ -456,3 +456,52 @@ func TestFencedPruneDeletesWhatPruneDeletes(t *testing.T) {
 		t.Fatalf("deleted by kind: %v", deleted)
 	}
 }
+
+// A fenced batch runs with its own statement timeout and the planner's
+// defaults even on the worker's execution pool, whose sessions pin index
+// plans, and only for its transaction: the session keeps its settings.
+func TestFencedBatchSettingsHoldForItsTransactionOnly(t *testing.T) {
+	t.Parallel()
+	_, url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	pool, err := pg.NewPool(ctx, url, pg.PoolOptions{MaxConns: 1, PinnedPlans: true, StatementTimeout: 7 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	show := func(q pg.DBTX) (seqscan, plan, timeout string) {
+		t.Helper()
+		if err := q.QueryRow(ctx, `SELECT current_setting('enable_seqscan'), current_setting('plan_cache_mode'),
+			current_setting('statement_timeout')`).Scan(&seqscan, &plan, &timeout); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	err = pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, pg.MaintenanceSettingsSQL, "60000"); err != nil {
+			return err
+		}
+		if s, p, to := show(tx); s != "on" || p != "auto" || to != "1min" {
+			t.Errorf("in the batch: enable_seqscan %s, plan_cache_mode %s, statement_timeout %s", s, p, to)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, pg.MaintenanceSettingsSQL, ""); err != nil {
+			return err
+		}
+		if _, _, to := show(tx); to != "7s" {
+			t.Errorf("an unset batch timeout: statement_timeout %s, want the pool's 7s", to)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, p, to := show(pool); s != "off" || p != "force_generic_plan" || to != "7s" {
+		t.Fatalf("after the batch: enable_seqscan %s, plan_cache_mode %s, statement_timeout %s", s, p, to)
+	}
+}
