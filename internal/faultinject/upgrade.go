@@ -148,11 +148,24 @@ type Deployment struct {
 	IntakeRelease  Release
 	WorkerReleases []Release
 
+	// Replacements are the stop and start times of every replacement, in
+	// order.
+	Replacements []Replacement
+
 	runCtx      context.Context
 	databaseURL string
 	credsFile   string
 	all         []*Process // every process started, for the checker
 	generation  int
+}
+
+// Replacement is how long one replacement took: Stop from SIGTERM to the
+// old process's exit (stopGrace means it was killed), Start from the new
+// process's start to its /readyz answering 200.
+type Replacement struct {
+	Slot        string // "intake", "worker1", ...
+	Release     string // the new process's release
+	Stop, Start time.Duration
 }
 
 // StartDeployment starts PostgreSQL and NATS, applies rel's migrations
@@ -269,17 +282,23 @@ func (d *Deployment) ReplaceIntake(ctx context.Context, rel Release) error {
 		filepath.Join(d.Sys.cfg.RunDir, name+".log"),
 		func(ctx context.Context) bool { return httpOK(ctx, d.Sys.client, readyz) })
 	d.all = append(d.all, p)
+	r := Replacement{Slot: "intake", Release: rel.Name}
+	at := time.Now()
 	if err := p.Start(d.runCtx, readyWithin); err != nil {
 		return err
 	}
+	r.Start = time.Since(at)
 	old, oldProc := d.Front.Switch(addr), d.Sys.Intake
 	d.Sys.Intake, d.IntakeRelease = p, rel
 	if oldProc != nil {
 		if err := d.Front.Drain(ctx, old, time.Minute); err != nil {
 			return err
 		}
+		at = time.Now()
 		oldProc.Stop(stopGrace)
+		r.Stop = time.Since(at)
 	}
+	d.Replacements = append(d.Replacements, r)
 	return nil
 }
 
@@ -287,8 +306,11 @@ func (d *Deployment) ReplaceIntake(ctx context.Context, rel Release) error {
 // or releases its running jobs) and starts rel's worker in its place,
 // waiting until its /readyz answers 200.
 func (d *Deployment) ReplaceWorker(ctx context.Context, i int, rel Release) error {
+	r := Replacement{Slot: "worker" + strconv.Itoa(i+1), Release: rel.Name}
 	if old := d.Sys.Workers[i]; old != nil {
+		at := time.Now()
 		old.Stop(stopGrace)
+		r.Stop = time.Since(at)
 	}
 	port, err := freePort()
 	if err != nil {
@@ -302,7 +324,11 @@ func (d *Deployment) ReplaceWorker(ctx context.Context, i int, rel Release) erro
 		func(ctx context.Context) bool { return httpOK(ctx, d.Sys.client, base+"/readyz") })
 	d.all = append(d.all, p)
 	d.Sys.Workers[i], d.Sys.WorkerURLs[i], d.WorkerReleases[i] = p, base, rel
-	return p.Start(d.runCtx, readyWithin)
+	at := time.Now()
+	err = p.Start(d.runCtx, readyWithin)
+	r.Start = time.Since(at)
+	d.Replacements = append(d.Replacements, r)
+	return err
 }
 
 // Serving probes /readyz of every current process (a live

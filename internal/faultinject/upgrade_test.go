@@ -312,6 +312,11 @@ func TestVersionSkewRollingUpgrade(t *testing.T) {
 	}
 	fmt.Fprintf(&table, "  %-75s %8s", "all steps", deploy.Round(time.Millisecond))
 	t.Logf("deploy steps:\n%s", table.String())
+	var repl []string
+	for _, r := range d.Replacements {
+		repl = append(repl, fmt.Sprintf("%s->%s stop %s start %s", r.Slot, r.Release, r.Stop.Round(time.Millisecond), r.Start.Round(time.Millisecond)))
+	}
+	t.Logf("replacements (stop: SIGTERM to exit, %s means killed; start: to /readyz 200): %s", stopGrace, strings.Join(repl, "; "))
 	t.Logf("migrations: %d applied up (schema %d -> %d), %d rolled back (schema %d -> %d)",
 		len(newer), prev.Schema, cur.Schema, countBetween(cur.Migrations, prev.Schema, downFrom), downFrom, prev.Schema)
 	status := map[string]int{}
