@@ -31,6 +31,8 @@ func runPrune(args []string) int {
 	)
 	l := config.NewLoader("etlctl prune", args, os.Getenv)
 	l.String(&databaseURL, "DATABASE_URL", "database-url", config.DefaultDatabaseURL, "PostgreSQL URL", nil)
+	var db config.Database
+	config.RegisterDatabase(l, &db)
 	config.RegisterPrune(l, &windows, "")
 	l.Duration(&timeout, "MIGHTYETL_PRUNE_TIMEOUT", "timeout", time.Hour, time.Second, 24*time.Hour,
 		"give up after this long (rows already deleted stay deleted)")
@@ -53,7 +55,7 @@ func runPrune(args []string) int {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	pool, err := pg.NewPool(ctx, databaseURL, pg.PoolOptions{MaxConns: 2, ApplicationName: "mightyetl-etlctl"})
+	pool, err := pg.NewPool(ctx, databaseURL, pg.PoolOptions{MaxConns: 2, ApplicationName: "mightyetl-etlctl", Pooler: db.Pooler})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "etlctl prune: database %s: %s\n", pg.RedactURL(databaseURL), pg.RedactError(err, databaseURL))
 		return 1

@@ -28,6 +28,8 @@ func runVersion(args []string) int {
 	l := config.NewLoader("etlctl version", args, os.Getenv)
 	l.String(&databaseURL, "DATABASE_URL", "database-url", "",
 		"PostgreSQL URL; when set, also print the database's schema version and whether this binary may run against it", nil)
+	var db config.Database
+	config.RegisterDatabase(l, &db)
 	if err := l.Parse(); err != nil {
 		fmt.Fprintf(os.Stderr, "etlctl version: %v\nusage: etlctl version [-database-url URL]\n", err)
 		return 2
@@ -38,7 +40,7 @@ func runVersion(args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pool, err := pg.NewPool(ctx, databaseURL, pg.PoolOptions{MaxConns: 1, ApplicationName: "mightyetl-etlctl"})
+	pool, err := pg.NewPool(ctx, databaseURL, pg.PoolOptions{MaxConns: 1, ApplicationName: "mightyetl-etlctl", Pooler: db.Pooler})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "etlctl version: database %s: %s\n", pg.RedactURL(databaseURL), pg.RedactError(err, databaseURL))
 		return 1
