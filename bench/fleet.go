@@ -302,10 +302,21 @@ const (
 
 var fleetSeries = []string{seriesSucceeded, seriesExecWait, seriesExecEmpty, seriesExecAcquires}
 
-var scrapeClient = &http.Client{Timeout: 5 * time.Second}
+var scrapeClient = &http.Client{Timeout: 20 * time.Second}
 
-// scrape reads fleetSeries from one /metrics (absent series read 0).
-func scrape(ctx context.Context, addr string) (map[string]float64, error) {
+// scrape reads fleetSeries from one /metrics (absent series read 0),
+// trying three times: a worker starved of CPU on a shared machine may not
+// answer within the client's timeout.
+func scrape(ctx context.Context, addr string) (m map[string]float64, err error) {
+	for range 3 {
+		if m, err = scrapeOnce(ctx, addr); err == nil || ctx.Err() != nil {
+			return m, err
+		}
+	}
+	return m, err
+}
+
+func scrapeOnce(ctx context.Context, addr string) (map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
 	if err != nil {
 		return nil, err
