@@ -155,20 +155,8 @@ func splitEnv(s string) []string {
 func (h *harness) fleet(ctx context.Context) ([]Result, error) {
 	o := h.o.Fleet
 	var out []Result
-	var bouncer *pgbouncertest.Bouncer
-	defer func() {
-		if bouncer != nil {
-			_ = bouncer.Stop()
-		}
-	}()
-	if o.Pooler != "" && slices.Contains(o.Parts, fleetPartMixed) {
-		if o.Pooler != "pgbouncer" {
-			return nil, fmt.Errorf("-fleet-pooler: unknown pooler %q (pgbouncer)", o.Pooler)
-		}
-		var err error
-		if bouncer, err = pgbouncertest.Launch(ctx, pgbouncertest.Options{Upstream: h.url, PoolSize: o.PoolerSize}); err != nil {
-			return nil, err
-		}
+	if o.Pooler != "" && o.Pooler != "pgbouncer" {
+		return nil, fmt.Errorf("-fleet-pooler: unknown pooler %q (pgbouncer)", o.Pooler)
 	}
 	for round := 1; round <= o.Rounds; round++ {
 		order := func(ns []int) []int {
@@ -202,14 +190,14 @@ func (h *harness) fleet(ctx context.Context) ([]Result, error) {
 		}
 		if slices.Contains(o.Parts, fleetPartMixed) {
 			vias := []string{"direct"}
-			if bouncer != nil {
+			if o.Pooler != "" {
 				vias = append(vias, "pgbouncer")
 				if round%2 == 0 {
 					slices.Reverse(vias)
 				}
 			}
 			for _, via := range vias {
-				r, err := h.fleetMixed(ctx, via, bouncer, round)
+				r, err := h.fleetMixed(ctx, via, round)
 				out = append(out, r)
 				if err != nil {
 					return out, err
@@ -746,14 +734,25 @@ func (h *harness) startFleetIntakes(ctx context.Context, n int, env ...string) (
 // the intakes while the workers work them (NATS wake-ups through the
 // intakes' relays when -nats-url is set). via "pgbouncer" connects every
 // binary through the PgBouncer with -fleet-pooler-env.
-func (h *harness) fleetMixed(ctx context.Context, via string, bouncer *pgbouncertest.Bouncer, round int) (Result, error) {
+func (h *harness) fleetMixed(ctx context.Context, via string, round int) (Result, error) {
 	o := h.o.Fleet
 	slots := h.o.Concurrency / o.MixedWorkers
 	res := Result{System: "mightyetl", Scenario: "fleet", Variant: fmt.Sprintf("mixed-%s/round=%d", via, round), Metrics: map[string]float64{},
 		Settings: map[string]string{"worker_processes": itoa(o.MixedWorkers), "slots_per_process": itoa(slots), "intake_processes": itoa(o.MixedIntakes),
 			"clients": itoa(intakeConcurrency) + " raw keep-alive HTTP clients spread over the intakes", "window": o.Window.String(), "warmup": o.Warmup.String(),
 			"connections": "direct"}}
+	if err := h.fresh(ctx); err != nil {
+		return res, err
+	}
 	if via == "pgbouncer" {
+		// A PgBouncer of its own per run, started after the database was
+		// re-created: one kept across runs holds server connections to the
+		// dropped database, and its clients meet their errors.
+		bouncer, err := pgbouncertest.Launch(ctx, pgbouncertest.Options{Upstream: h.url, PoolSize: o.PoolerSize})
+		if err != nil {
+			return res, err
+		}
+		defer func() { _ = bouncer.Stop() }()
 		res.Settings["connections"] = fmt.Sprintf("PgBouncer 1.18 (internal/pgbouncertest), pool_mode transaction, default_pool_size %d; binaries with %s",
 			o.PoolerSize, strings.Join(o.PoolerEnv, " "))
 		saved := h.o.Fleet
@@ -763,9 +762,6 @@ func (h *harness) fleetMixed(ctx context.Context, via string, bouncer *pgbouncer
 	}
 	res.Settings["binary_env"] = strings.Join(h.binaryEnv(), " ")
 	fmt.Fprintf(os.Stderr, "bench: fleet %s\n", res.Variant)
-	if err := h.fresh(ctx); err != nil {
-		return res, err
-	}
 	intakes, addrs, creds, prefix, stopIntakes, err := h.startFleetIntakes(ctx, o.MixedIntakes)
 	if err != nil {
 		return res, err
