@@ -246,8 +246,8 @@ func (m *Maintainer) setTerm(term pg.LeaderTerm) {
 }
 
 // RunOnce makes one election attempt (renew a held term, else try to take
-// the row) and, when elected and no run ended within Interval of this
-// term, runs retention once.
+// the row) and, when elected and no run of this term ended within about an
+// Interval, runs retention once.
 func (m *Maintainer) RunOnce(ctx context.Context) {
 	m.runMu.Lock()
 	defer m.runMu.Unlock()
@@ -255,7 +255,10 @@ func (m *Maintainer) RunOnce(ctx context.Context) {
 		return
 	}
 	m.mu.Lock()
-	due := m.lastRun.IsZero() || time.Since(m.lastRun) >= m.cfg.Interval
+	// Attempts come every quarter interval: a run is due at the first one
+	// within an eighth of an interval of the previous run's end, so runs
+	// come about one Interval apart, not up to a quarter later.
+	due := m.lastRun.IsZero() || time.Since(m.lastRun) >= m.cfg.Interval-AttemptEvery(m.cfg.Interval)/2
 	m.mu.Unlock()
 	if !due {
 		return
