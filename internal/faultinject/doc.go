@@ -9,6 +9,9 @@
 //   - Postgres: a private cluster (initdb + pg_ctl on a free port) that can
 //     be stopped with -m immediate and started again (crash recovery).
 //   - NATSServer: a private nats-server -js with its own store directory.
+//   - NATSCluster: private nats-server -js nodes routed into one JetStream
+//     cluster, each killed (SIGKILL) and started again on its own store
+//     (Config.NATSNodes; the node-loss test).
 //   - Proxy: a TCP proxy for the workers' database connections that can add
 //     latency and reset every connection (RST, not FIN).
 //   - Process: a supervised child process (SIGKILL, restart, readiness).
