@@ -50,6 +50,13 @@ type Outbox struct {
 	// BatchErrors is mightyetl_outbox_batch_errors_total: relay batches that
 	// ended in an error (database or JetStream); the batch is retried.
 	BatchErrors prometheus.Counter
+	// ReusedIDs is mightyetl_outbox_reused_ids_total: lifecycle events
+	// republished under the suffixed id "<event id>@<occurred_at µs>"
+	// because JetStream reported their plain id a duplicate of a stored
+	// message of another transition (an outbox id handed out again after a
+	// failover to an asynchronous standby) or of a message no longer in the
+	// stream.
+	ReusedIDs prometheus.Counter
 }
 
 // NewOutbox creates the relay's collectors and registers them on reg (nil
@@ -76,6 +83,10 @@ func NewOutbox(reg prometheus.Registerer) *Outbox {
 		BatchErrors: registerOrReuse(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "mightyetl_outbox_batch_errors_total",
 			Help: "Outbox relay batches that failed and will be retried.",
+		})),
+		ReusedIDs: registerOrReuse(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mightyetl_outbox_reused_ids_total",
+			Help: "Lifecycle events republished under a suffixed id because their outbox id was already used by another stored event (failover to an asynchronous standby).",
 		})),
 	}
 	for _, k := range []string{OutboxKindAvailable, OutboxKindRevoked, OutboxKindLifecycle} {
