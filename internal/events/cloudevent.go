@@ -25,7 +25,7 @@ const CloudEventsContentType = "application/cloudevents+json"
 // hash, no lease id.
 type CloudEvent struct {
 	SpecVersion     string        `json:"specversion"`     // always "1.0"
-	ID              string        `json:"id"`              // Lifecycle.EventID: "<outbox id>@<µs>" or "<outbox id>-<member>@<µs>"
+	ID              string        `json:"id"`              // Lifecycle.EventID: "<outbox id>" or "<outbox id>-<member>" (+ "@<µs>" for a reused outbox id)
 	Source          string        `json:"source"`          // DefaultSource unless configured
 	Type            string        `json:"type"`            // io.mightyetl.job.<status lowercase>
 	Time            time.Time     `json:"time"`            // when the state change committed (database clock), RFC 3339
@@ -64,28 +64,60 @@ type Lifecycle struct {
 	// the submit was not traced; it becomes the CloudEvents
 	// distributed-tracing extension attribute.
 	Traceparent string
+	// Reused marks an event whose outbox id JetStream already holds for
+	// another transition (the id was handed out again after a failover to
+	// an asynchronous standby); its id gets the occurred_at suffix.
+	Reused bool
 }
 
 // EventID is the event's stable id: the outbox id in decimal for a plain
-// row, "<outbox id>-<member>" for a member of a group row, followed by "@"
-// and the row's occurred_at in Unix microseconds. It never changes for a
-// given row and member, so a republished event keeps its id, and the two
-// forms never collide. The time is part of it because outbox ids alone are
-// not unique across a failover to an asynchronous standby: the ids the lost
-// primary handed out last (and whose events the relay may have published)
-// are handed out again by the promoted one, and JetStream's Nats-Msg-Id
-// window (and a consumer that deduplicates by id) would drop the new events
-// as copies of the old (docs/operations/failover.md). A zero OccurredAt
-// (never from a stored row) leaves the suffix out.
+// row, "<outbox id>-<member>" for a member of a group row (the v0.1.0
+// format). It never changes for a given row and member, whichever release
+// publishes it, so a republished event keeps its id (JetStream drops the
+// copy inside its duplicate window), and the two forms never collide.
+//
+// Outbox ids alone are not unique across a failover to an asynchronous
+// standby: the promoted primary hands out again the ids the lost primary
+// used last, whose events the relay may have published. The relay detects
+// that through JetStream's duplicate acknowledgement (the stored message
+// under the id is another transition) and republishes the event with
+// Reused set: the id is then followed by "@" and occurred_at in Unix
+// microseconds (ReusedEventID).
 func (e Lifecycle) EventID() string {
-	id := strconv.FormatInt(e.OutboxID, 10)
-	if e.Grouped {
-		id += "-" + strconv.Itoa(e.Member)
+	if e.Reused {
+		return e.ReusedEventID()
 	}
-	if !e.OccurredAt.IsZero() {
-		id += "@" + strconv.FormatInt(e.OccurredAt.UnixMicro(), 10)
+	return e.plainID()
+}
+
+// ReusedEventID is the id of e when its outbox id was reused:
+// "<outbox id>[-<member>]@<occurred_at in Unix microseconds>".
+func (e Lifecycle) ReusedEventID() string {
+	return e.plainID() + "@" + strconv.FormatInt(e.OccurredAt.UnixMicro(), 10)
+}
+
+func (e Lifecycle) plainID() string {
+	if !e.Grouped {
+		return strconv.FormatInt(e.OutboxID, 10)
 	}
-	return id
+	return strconv.FormatInt(e.OutboxID, 10) + "-" + strconv.Itoa(e.Member)
+}
+
+// SameTransition reports whether body, a stored lifecycle message, is the
+// CloudEvent of the same transition as e: same job, same status, same
+// occurred time (to the microsecond, the database's precision). It
+// compares the decoded fields, not bytes (the source or the traceparent may
+// differ between relays and releases). A body that is not a lifecycle
+// CloudEvent is not the same transition.
+func SameTransition(body []byte, e Lifecycle) bool {
+	var ce CloudEvent
+	if err := json.Unmarshal(body, &ce); err != nil {
+		return false
+	}
+	return ce.Data.JobRecordID == e.JobID &&
+		ce.Data.JobStatus == e.Status &&
+		ce.Type == "io.mightyetl.job."+strings.ToLower(e.Status) &&
+		ce.Time.Truncate(time.Microsecond).Equal(e.OccurredAt.Truncate(time.Microsecond))
 }
 
 // NewCloudEvent builds the envelope of e with the given source (empty means

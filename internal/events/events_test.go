@@ -105,11 +105,11 @@ func TestCloudEventEnvelope(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg.Subject != "mightyetl.lifecycle.failed" || msg.Header.Get(jetstream.MsgIDHeader) != "42@1772364600123000" ||
+	if msg.Subject != "mightyetl.lifecycle.failed" || msg.Header.Get(jetstream.MsgIDHeader) != "42" ||
 		msg.Header.Get("Content-Type") != CloudEventsContentType {
 		t.Fatalf("message = %s %v", msg.Subject, msg.Header)
 	}
-	want := `{"specversion":"1.0","id":"42@1772364600123000","source":"urn:mightyetl:relay","type":"io.mightyetl.job.failed",` +
+	want := `{"specversion":"1.0","id":"42","source":"urn:mightyetl:relay","type":"io.mightyetl.job.failed",` +
 		`"time":"2026-03-01T11:30:00.123Z","datacontenttype":"application/json",` +
 		`"data":{"jobRecordId":"0b9d5a7e-8c1f-4e53-9a51-2f7c6a1d3e40","jobStatus":"FAILED","attemptCount":3,"failureCode":"etl_record_invalid"}}`
 	if string(msg.Data) != want {

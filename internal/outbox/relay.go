@@ -464,10 +464,12 @@ func (r *Relay) publishLifecycle(ctx context.Context, rows []row, tps map[uuid.U
 	}
 	type pending struct {
 		row int // index into rows
+		e   events.Lifecycle
 		fut jetstream.PubAckFuture
 	}
 	var (
 		inflight []pending
+		dups     []duplicate // acknowledged as duplicates: a copy, or a reused outbox id
 		firstErr error
 		failed   int
 		sent     int
@@ -494,14 +496,14 @@ func (r *Relay) publishLifecycle(ctx context.Context, rows []row, tps map[uuid.U
 			}
 			break
 		}
-		msgs, ok := r.lifecycleMsgs(lr, tps)
+		evs, msgs, ok := r.lifecycleMsgs(lr, tps)
 		if !ok {
 			drop(i)
 			continue
 		}
 		missing[i] = len(msgs)
 		sent += len(msgs)
-		for _, msg := range msgs {
+		for k, msg := range msgs {
 			// A publish that finds the window full waits for a free slot
 			// as long as the batch may wait for acknowledgements, not
 			// nats.go's default 200 ms: slow acks must delay a batch, not
@@ -511,18 +513,38 @@ func (r *Relay) publishLifecycle(ctx context.Context, rows []row, tps map[uuid.U
 				fail(err)
 				continue
 			}
-			inflight = append(inflight, pending{i, fut})
+			inflight = append(inflight, pending{i, evs[k], fut})
 		}
 	}
 	for _, p := range inflight {
 		select {
-		case <-p.fut.Ok():
+		case ack := <-p.fut.Ok():
+			if ack.Duplicate {
+				dups = append(dups, duplicate{p.row, p.e, ack.Sequence})
+				continue
+			}
 			missing[p.row]--
 			ackedEvents++
 		case err := <-p.fut.Err():
 			fail(err)
 		case <-ctx.Done():
 			fail(fmt.Errorf("wait for jetstream acknowledgement: %w", ctx.Err()))
+		}
+	}
+	if len(dups) > 0 {
+		done, err := r.resolveDuplicates(ctx, dups)
+		for k, p := range dups {
+			if done[k] {
+				missing[p.row]--
+				ackedEvents++
+			}
+		}
+		if err != nil {
+			for k := range dups {
+				if !done[k] {
+					fail(err)
+				}
+			}
 		}
 	}
 	for i, n := range missing {
@@ -553,12 +575,94 @@ func stallWait(ctx context.Context) time.Duration {
 	return d
 }
 
-// lifecycleMsgs builds the JetStream messages of one lifecycle row: one for
-// a plain row, one per member for a group row. ok is false for a malformed
-// row.
-func (r *Relay) lifecycleMsgs(lr row, tps map[uuid.UUID]string) (msgs []*nats.Msg, ok bool) {
+// resolveDuplicates handles lifecycle events JetStream acknowledged as
+// duplicates of a stored message (Nats-Msg-Id already in the stream's
+// duplicate window; the acknowledgement carries the sequence of the
+// ORIGINAL stored message, nats-server stream.go). It reads each original
+// and compares its transition with the event's (events.SameTransition):
+//
+//   - the same transition: a true copy (a row republished after a relay
+//     died between publish and delete, by this release or v0.1.0, which
+//     used the same ids); the event is done.
+//   - another transition: the outbox id was handed out again after a
+//     failover to an asynchronous standby; the event is published again
+//     under the suffixed id (events.Lifecycle.ReusedEventID).
+//   - the original is no longer in the stream (stream limits, deleted): its
+//     transition cannot be compared, so the event is published again under
+//     the suffixed id too. At least once beats loss: for a true copy a
+//     consumer then sees one transition twice, under two ids.
+//
+// done[k] reports whether dups[k] is acknowledged (as a copy or
+// republished); err is the first failure, and those not done are retried
+// with their row.
+func (r *Relay) resolveDuplicates(ctx context.Context, dups []duplicate) (done []bool, err error) {
+	done = make([]bool, len(dups))
+	stream, err := r.js.Stream(ctx, r.subjects.LifecycleStream())
+	if err != nil {
+		return done, fmt.Errorf("look up lifecycle stream for a duplicate acknowledgement: %w", err)
+	}
+	reused, gone := 0, 0
+	for k, d := range dups {
+		if d.seq == 0 {
+			// No stored original to compare with (a clustered stream still
+			// proposing it): retry the row later rather than guess.
+			if err == nil {
+				err = errors.New("duplicate acknowledgement without a stream sequence")
+			}
+			continue
+		}
+		stored, gerr := stream.GetMsg(ctx, d.seq)
+		switch {
+		case gerr == nil:
+			if events.SameTransition(stored.Data, d.e) {
+				done[k] = true // a true copy
+				continue
+			}
+			reused++
+		case errors.Is(gerr, jetstream.ErrMsgNotFound):
+			gone++
+		default:
+			if err == nil {
+				err = fmt.Errorf("read the stored original of a duplicate: %w", gerr)
+			}
+			continue
+		}
+		e := d.e
+		e.Reused = true
+		msg, merr := events.LifecycleMsg(r.subjects, r.opts.Source, e)
+		if merr == nil {
+			_, merr = r.js.PublishMsg(ctx, msg)
+		}
+		if merr != nil {
+			if err == nil {
+				err = fmt.Errorf("republish under a suffixed id: %w", merr)
+			}
+			continue
+		}
+		done[k] = true
+		r.m.ReusedIDs.Inc()
+	}
+	if reused+gone > 0 {
+		r.log.Warn("lifecycle events republished under suffixed ids: their outbox ids were already used in the stream (failover to an asynchronous standby?)",
+			"other_transition", reused, "original_gone", gone)
+	}
+	return done, err
+}
+
+// duplicate is a lifecycle event JetStream acknowledged as a duplicate;
+// seq is the stream sequence of the stored original.
+type duplicate struct {
+	row int // index into the batch's rows
+	e   events.Lifecycle
+	seq uint64
+}
+
+// lifecycleMsgs builds the events and JetStream messages of one lifecycle
+// row: one for a plain row, one per member for a group row. ok is false for
+// a malformed row.
+func (r *Relay) lifecycleMsgs(lr row, tps map[uuid.UUID]string) (evs []events.Lifecycle, msgs []*nats.Msg, ok bool) {
 	if lr.status == nil {
-		return nil, false
+		return nil, nil, false
 	}
 	base := events.Lifecycle{OutboxID: lr.id, Status: *lr.status, OccurredAt: lr.occurredAt}
 	if lr.code != nil {
@@ -566,7 +670,7 @@ func (r *Relay) lifecycleMsgs(lr row, tps map[uuid.UUID]string) (msgs []*nats.Ms
 	}
 	if lr.jobIDs == nil {
 		if !lr.jobID.Valid {
-			return nil, false
+			return nil, nil, false
 		}
 		e := base
 		e.JobID = lr.jobID.UUID
@@ -576,13 +680,14 @@ func (r *Relay) lifecycleMsgs(lr row, tps map[uuid.UUID]string) (msgs []*nats.Ms
 		}
 		msg, err := events.LifecycleMsg(r.subjects, r.opts.Source, e)
 		if err != nil {
-			return nil, false
+			return nil, nil, false
 		}
-		return []*nats.Msg{msg}, true
+		return []events.Lifecycle{e}, []*nats.Msg{msg}, true
 	}
 	if len(lr.jobIDs) == 0 || len(lr.attempts) != len(lr.jobIDs) {
-		return nil, false
+		return nil, nil, false
 	}
+	evs = make([]events.Lifecycle, len(lr.jobIDs))
 	msgs = make([]*nats.Msg, len(lr.jobIDs))
 	for i, id := range lr.jobIDs {
 		e := base
@@ -590,9 +695,9 @@ func (r *Relay) lifecycleMsgs(lr row, tps map[uuid.UUID]string) (msgs []*nats.Ms
 		e.Traceparent = tps[id]
 		msg, err := events.LifecycleMsg(r.subjects, r.opts.Source, e)
 		if err != nil {
-			return nil, false
+			return nil, nil, false
 		}
-		msgs[i] = msg
+		evs[i], msgs[i] = e, msg
 	}
-	return msgs, true
+	return evs, msgs, true
 }
