@@ -22,11 +22,13 @@ const module = "github.com/mightyetl/mightyetl"
 
 // configImporters says which packages may import internal/config: the
 // binaries (cmd/...) and internal/app (with its subpackages), which
-// translate a configuration into the options of the parts, and config
-// itself (its external tests). Every other package takes its own options
+// translate a configuration into the options of the parts, config itself
+// (its external tests), and deploy, whose tests load each rendered
+// manifest's environment exactly as the binaries do (they are the edge's
+// own artefacts, not a part). Every other package takes its own options
 // struct with its own Default* constants.
 func configImporters(pkg string) bool {
-	return pkg == module+"/internal/config" ||
+	return pkg == module+"/internal/config" || pkg == module+"/deploy" ||
 		pkg == module+"/internal/app" || strings.HasPrefix(pkg, module+"/internal/app/") ||
 		strings.HasPrefix(pkg, module+"/cmd/")
 }

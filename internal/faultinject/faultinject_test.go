@@ -15,7 +15,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	// goleak.VerifyTestMain exits; the shared builds go first via Cleanup.
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { RemoveSharedBuilds() }))
 }
 
 // Run settings. MIGHTYETL_FAULT_DURATION sets the fault time (default 60s;

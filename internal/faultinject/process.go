@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -18,19 +22,103 @@ type Binaries struct {
 }
 
 // BuildBinaries builds cmd/intake, cmd/worker and cmd/etlctl (one `go build`
-// through binarytest.Builder) of the module at moduleDir into outDir. They
-// are built without -race: the race detector's cost would slow the system
-// under test, and its own tests run the same code under -race.
+// through binarytest.Builder) of the module at moduleDir and places them in
+// outDir. They are built without -race: the race detector's cost would slow
+// the system under test, and its own tests run the same code under -race.
+//
+// Each module directory is built once per test process (the scenarios of
+// this package run in parallel, and each would otherwise link the three
+// binaries again while the others compete for the same cores): the build
+// goes to a directory shared by the process (removed by
+// RemoveSharedBuilds) and each caller's outDir gets hard links to it (a
+// copy where linking fails), so a failed run's directory still holds the
+// binaries it ran.
 func BuildBinaries(ctx context.Context, moduleDir, outDir string) (Binaries, error) {
 	if _, err := exec.LookPath("go"); err != nil {
 		return Binaries{}, fmt.Errorf("%w: go not on PATH", ErrMissingTool)
 	}
-	b := binarytest.Builder{ModuleDir: moduleDir, Dir: outDir}
+	b, err := sharedBuilder(moduleDir)
+	if err != nil {
+		return Binaries{}, err
+	}
 	paths, err := b.Build(ctx, "intake", "worker", "etlctl")
 	if err != nil {
 		return Binaries{}, err
 	}
-	return Binaries{Intake: paths["intake"], Worker: paths["worker"], Etlctl: paths["etlctl"]}, nil
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return Binaries{}, fmt.Errorf("binaries directory: %w", err)
+	}
+	var bins Binaries
+	for name, dst := range map[string]*string{"intake": &bins.Intake, "worker": &bins.Worker, "etlctl": &bins.Etlctl} {
+		*dst = filepath.Join(outDir, name)
+		if err := linkOrCopy(paths[name], *dst); err != nil {
+			return Binaries{}, fmt.Errorf("place %s binary: %w", name, err)
+		}
+	}
+	return bins, nil
+}
+
+var (
+	sharedBuildsMu  sync.Mutex
+	sharedBuildsDir string
+	sharedBuilds    = map[string]*binarytest.Builder{}
+)
+
+// sharedBuilder returns the process's Builder for moduleDir.
+func sharedBuilder(moduleDir string) (*binarytest.Builder, error) {
+	sharedBuildsMu.Lock()
+	defer sharedBuildsMu.Unlock()
+	if b, ok := sharedBuilds[moduleDir]; ok {
+		return b, nil
+	}
+	if sharedBuildsDir == "" {
+		d, err := os.MkdirTemp("", "mightyetl-faultinject-bin-")
+		if err != nil {
+			return nil, fmt.Errorf("shared build directory: %w", err)
+		}
+		sharedBuildsDir = d
+	}
+	dir := filepath.Join(sharedBuildsDir, strconv.Itoa(len(sharedBuilds)))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("shared build directory: %w", err)
+	}
+	b := &binarytest.Builder{ModuleDir: moduleDir, Dir: dir}
+	sharedBuilds[moduleDir] = b
+	return b, nil
+}
+
+// RemoveSharedBuilds removes the binaries BuildBinaries built for this
+// process (the links in each run's directory stay valid). TestMain calls it
+// after the tests.
+func RemoveSharedBuilds() {
+	sharedBuildsMu.Lock()
+	defer sharedBuildsMu.Unlock()
+	if sharedBuildsDir != "" {
+		_ = os.RemoveAll(sharedBuildsDir)
+	}
+	sharedBuildsDir = ""
+	sharedBuilds = map[string]*binarytest.Builder{}
+}
+
+func linkOrCopy(src, dst string) error {
+	_ = os.Remove(dst)
+	if err := os.Link(src, dst); err == nil {
+		return nil
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		_ = out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // Process is one supervised product process. Start runs it; while it is
