@@ -524,6 +524,12 @@ func (h *harness) fleetWorkers(ctx context.Context, n, poolSize, round int) (Res
 		return res, err
 	}
 	res.Metrics["backlog_left_at_window_end"] = float64(pending)
+	if s1[seriesSucceeded] == s0[seriesSucceeded] {
+		// A fleet idle beside a backlog: keep what its logs said last.
+		for _, p := range procs {
+			res.Notes = append(res.Notes, fmt.Sprintf("no job worked in the window; %s last logged: %s", p.id, p.Tail(5)))
+		}
+	}
 	if pending == 0 {
 		return res, fmt.Errorf("fleet %s: the backlog ran out within the window; raise -fleet-backlog", res.Variant)
 	}
