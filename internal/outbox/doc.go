@@ -33,13 +33,16 @@
 //     "<p>.jobs.revoked" whose body is the job id;
 //   - each job_lifecycle row becomes one JetStream message on
 //     "<p>.lifecycle.<state>" per job: a plain row one, with event id and
-//     Nats-Msg-Id = "<outbox id>@<occurred_at µs>"; a group row (a worker's
-//     whole finish group, migration 00006) one per member, with the stable
-//     id "<outbox id>-<member>@<occurred_at µs>" (events.Lifecycle.EventID:
-//     occurred_at keeps ids unique when a promoted asynchronous standby
-//     reuses outbox ids). All are published asynchronously and then
-//     awaited (bounded by PublishTimeout); a batch publishes at most
-//     BatchSize events (always at least one row);
+//     Nats-Msg-Id = "<outbox id>"; a group row (a worker's whole finish
+//     group, migration 00006) one per member, with the stable id
+//     "<outbox id>-<member>" (events.Lifecycle.EventID, the v0.1.0 ids).
+//     All are published asynchronously and then awaited (bounded by
+//     PublishTimeout); a batch publishes at most BatchSize events (always
+//     at least one row). An event JetStream acknowledges as a duplicate is
+//     compared with the stored original: the same transition is a copy;
+//     another one (an outbox id reused after a failover to an asynchronous
+//     standby), or an original no longer stored, is published again as
+//     "<id>@<occurred_at µs>" (Relay.resolveDuplicates);
 //   - the advisory rows and the lifecycle rows whose every event was
 //     acknowledged are deleted in the same transaction, which commits.
 //
