@@ -453,6 +453,7 @@ func (r *Relay) publishLifecycle(ctx context.Context, rows []row, tps map[uuid.U
 	if len(rows) == 0 {
 		return nil, nil, 0, false, nil
 	}
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, r.opts.PublishTimeout)
 	defer cancel()
 	if !r.streamReady.Load() {
@@ -532,7 +533,7 @@ func (r *Relay) publishLifecycle(ctx context.Context, rows []row, tps map[uuid.U
 		}
 	}
 	if len(dups) > 0 {
-		done, err := r.resolveDuplicates(ctx, dups)
+		done, err := r.resolveDuplicates(parent, dups)
 		for k, p := range dups {
 			if done[k] {
 				missing[p.row]--
@@ -596,51 +597,90 @@ func stallWait(ctx context.Context) time.Duration {
 // republished); err is the first failure, and those not done are retried
 // with their row.
 func (r *Relay) resolveDuplicates(ctx context.Context, dups []duplicate) (done []bool, err error) {
+	// Its own time budget: the batch's may be used up by the acknowledgements.
+	ctx, cancel := context.WithTimeout(ctx, r.opts.PublishTimeout)
+	defer cancel()
 	done = make([]bool, len(dups))
 	stream, err := r.js.Stream(ctx, r.subjects.LifecycleStream())
 	if err != nil {
 		return done, fmt.Errorf("look up lifecycle stream for a duplicate acknowledgement: %w", err)
 	}
-	reused, gone := 0, 0
+	type outcome struct {
+		reused, gone bool
+		err          error
+	}
+	out := make([]outcome, len(dups))
+	// The stored originals are read in parallel: a group row's copies come
+	// in hundreds.
+	sem := make(chan struct{}, resolveParallel)
+	var wg sync.WaitGroup
 	for k, d := range dups {
-		if d.seq == 0 {
-			// No stored original to compare with (a clustered stream still
-			// proposing it): retry the row later rather than guess.
-			if err == nil {
-				err = errors.New("duplicate acknowledgement without a stream sequence")
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			o := &out[k]
+			if d.seq == 0 {
+				// No stored original to compare with (a clustered stream
+				// still proposing it): retry the row later, not guess.
+				o.err = errors.New("duplicate acknowledgement without a stream sequence")
+				return
 			}
+			stored, err := stream.GetMsg(ctx, d.seq)
+			switch {
+			case err == nil:
+				o.reused = !events.SameTransition(stored.Data, d.e)
+			case errors.Is(err, jetstream.ErrMsgNotFound):
+				o.gone = true
+			default:
+				o.err = fmt.Errorf("read the stored original of a duplicate: %w", err)
+			}
+		})
+	}
+	wg.Wait()
+	// The republishes go out in the batch's order (a group row's members
+	// stay in array order) and are awaited together.
+	futs := make([]jetstream.PubAckFuture, len(dups))
+	for k, d := range dups {
+		if o := &out[k]; o.err == nil && (o.reused || o.gone) {
+			e := d.e
+			e.Reused = true
+			msg, err := events.LifecycleMsg(r.subjects, r.opts.Source, e)
+			if err == nil {
+				futs[k], err = r.js.PublishMsgAsync(msg, jetstream.WithStallWait(stallWait(ctx)))
+			}
+			if err != nil {
+				o.err = fmt.Errorf("republish under a suffixed id: %w", err)
+			}
+		}
+	}
+	for k, fut := range futs {
+		if fut == nil || out[k].err != nil {
 			continue
 		}
-		stored, gerr := stream.GetMsg(ctx, d.seq)
-		switch {
-		case gerr == nil:
-			if events.SameTransition(stored.Data, d.e) {
-				done[k] = true // a true copy
-				continue
-			}
-			reused++
-		case errors.Is(gerr, jetstream.ErrMsgNotFound):
-			gone++
-		default:
-			if err == nil {
-				err = fmt.Errorf("read the stored original of a duplicate: %w", gerr)
-			}
-			continue
+		select {
+		case <-fut.Ok():
+		case err := <-fut.Err():
+			out[k].err = fmt.Errorf("republish under a suffixed id: %w", err)
+		case <-ctx.Done():
+			out[k].err = fmt.Errorf("republish under a suffixed id: %w", ctx.Err())
 		}
-		e := d.e
-		e.Reused = true
-		msg, merr := events.LifecycleMsg(r.subjects, r.opts.Source, e)
-		if merr == nil {
-			_, merr = r.js.PublishMsg(ctx, msg)
-		}
-		if merr != nil {
-			if err == nil {
-				err = fmt.Errorf("republish under a suffixed id: %w", merr)
-			}
+	}
+	reused, gone := 0, 0
+	for k, o := range out {
+		if o.err != nil {
+			err = cmp.Or(err, o.err)
 			continue
 		}
 		done[k] = true
-		r.m.ReusedIDs.Inc()
+		if o.reused || o.gone {
+			r.m.ReusedIDs.Inc()
+		}
+		if o.reused {
+			reused++
+		}
+		if o.gone {
+			gone++
+		}
 	}
 	if reused+gone > 0 {
 		r.log.Warn("lifecycle events republished under suffixed ids: their outbox ids were already used in the stream (failover to an asynchronous standby?)",
@@ -648,6 +688,10 @@ func (r *Relay) resolveDuplicates(ctx context.Context, dups []duplicate) (done [
 	}
 	return done, err
 }
+
+// resolveParallel is how many stored originals resolveDuplicates reads at
+// once.
+const resolveParallel = 16
 
 // duplicate is a lifecycle event JetStream acknowledged as a duplicate;
 // seq is the stream sequence of the stored original.
