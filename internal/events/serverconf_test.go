@@ -62,8 +62,15 @@ func TestSampleServerConfigPermissions(t *testing.T) {
 	}
 	s, _ := NewSubjects(DefaultPrefix)
 	m, _ := LifecycleMsg(s, "", Lifecycle{OutboxID: 1, Status: "SUCCEEDED"})
-	if _, err := js.PublishMsg(ctx, m); err != nil {
+	ack, err := js.PublishMsg(ctx, m)
+	if err != nil {
 		t.Fatalf("intake publishes lifecycle event: %v", err)
+	}
+	// The relay reads the stored original of a duplicate-acknowledged event.
+	if st, err := js.Stream(ctx, s.LifecycleStream()); err != nil {
+		t.Fatalf("intake looks up the lifecycle stream: %v", err)
+	} else if _, err := st.GetMsg(ctx, ack.Sequence); err != nil {
+		t.Fatalf("intake reads a stored lifecycle event: %v", err)
 	}
 	// intake: request consumer.
 	c, err := NewRequestConsumer(intake, DefaultPrefix, replyingHandler{}, nil, nil, RequestConsumerOptions{})
