@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/mightyetl/mightyetl/internal/codes"
 )
 
 // The lock probe's data set: n jobs shaped as the product leaves them after
@@ -53,6 +55,8 @@ func populateSQL(byteaDigests bool) string {
 		"{key}", digest("'lockprobe-key-' || i"),
 		"{request}", digest("'lockprobe-request-' || i"),
 		"{records}", fmt.Sprint(lockProbeRecords),
+		"{target_failure}", codes.TargetFailure,
+		"{cancelled_by_owner}", codes.CancelledByOwner,
 	)
 	return r.Replace(`
 WITH src AS (
@@ -84,11 +88,11 @@ WITH src AS (
            CASE WHEN st = 'RUNNING' THEN 'lockprobe-fleet-worker-' || (i % 8) END,
            CASE WHEN st = 'RUNNING' THEN $9::timestamptz END,
            CASE WHEN st = 'RUNNING' THEN nextval('etl_lease_fencing_token_sequence') END,
-           CASE WHEN st = 'FAILED' THEN 'etl_target_failure' END,
+           CASE WHEN st = 'FAILED' THEN '{target_failure}' END,
            ts,
            CASE WHEN st = 'PENDING' THEN ts ELSE ts + interval '2 seconds' END,
            CASE WHEN st = 'CANCELLED' THEN encode(sha256(convert_to('lockprobe-cancel-' || i, 'UTF8')), 'hex') END,
-           CASE WHEN st = 'CANCELLED' THEN 'etl_job_cancelled_by_owner' END,
+           CASE WHEN st = 'CANCELLED' THEN '{cancelled_by_owner}' END,
            CASE WHEN st = 'CANCELLED' THEN ts + interval '1 second' END
     FROM src
     RETURNING job_record_id, job_kind, job_status, available_at, lease_expires_at
