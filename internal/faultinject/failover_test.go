@@ -3,6 +3,7 @@ package faultinject
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -59,20 +60,12 @@ func TestPostgresFailoverAsynchronous(t *testing.T) {
 func runFailover(t *testing.T, mode Replication) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("replication %s, seed %d", mode, seed)
-	runDir := failoverRunDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	started := time.Now()
-	sys, err := StartSystem(ctx, Config{ModuleDir: failoverModuleRoot(t), RunDir: runDir, Workers: 2, Replication: mode})
-	if errors.Is(err, ErrMissingTool) {
-		t.Fatal(err) // one line naming the fix
-	}
-	if err != nil {
-		t.Fatalf("start the system: %v", err)
-	}
+	sys := startScenario(ctx, t, Config{Workers: 2, Replication: mode},
+		fmt.Sprintf("primary and %s standby (multi-host DATABASE_URL), NATS", mode))
 	defer sys.Stop(context.WithoutCancel(ctx))
-	t.Logf("system up in %s: primary and %s standby, NATS, intake, %d workers, multi-host DATABASE_URL",
-		time.Since(started).Round(time.Millisecond), mode, len(sys.Workers))
 
 	ledger := NewLedger()
 	stopCtx, stopProducing := context.WithCancel(ctx)
@@ -179,7 +172,7 @@ func runFailover(t *testing.T, mode Replication) {
 		"cancellations acknowledged %d, ended otherwise %d (checker %d); terminal events of undone transitions %d",
 		resumed.Round(time.Millisecond), acked, missing, report.AckedAbsent, cancelsAcked, cancelsLost, report.CancelsLost, report.StaleEvents)
 	if len(report.Details) > 0 {
-		_ = WriteFile(filepath.Join(runDir, "violations.txt"), report.Details)
+		_ = WriteFile(filepath.Join(sys.cfg.RunDir, "violations.txt"), report.Details)
 	}
 
 	if n := report.Total(); n > 0 {
@@ -267,8 +260,9 @@ func jobExists(ctx context.Context, sys *System, ids []string) (bool, error) {
 	return n > 0, err
 }
 
-// failoverRunDir is a run directory that is kept when the test fails.
-func failoverRunDir(t *testing.T) string {
+// scenarioRunDir is a fresh run directory for one scenario: removed when
+// the test passes, kept (and named in the log) when it fails.
+func scenarioRunDir(t *testing.T) string {
 	t.Helper()
 	runDir, err := os.MkdirTemp("", "mightyetl-faultinject-run-")
 	if err != nil {
@@ -276,7 +270,7 @@ func failoverRunDir(t *testing.T) string {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("run directory kept (process logs, violations.txt): %s", runDir)
+			t.Logf("run directory kept (process logs, faults.txt, violations.txt): %s", runDir)
 			return
 		}
 		_ = os.RemoveAll(runDir)
@@ -284,8 +278,8 @@ func failoverRunDir(t *testing.T) string {
 	return runDir
 }
 
-// failoverModuleRoot is the module's root directory.
-func failoverModuleRoot(t *testing.T) string {
+// scenarioModuleRoot is the module's root directory.
+func scenarioModuleRoot(t *testing.T) string {
 	t.Helper()
 	wd, err := os.Getwd()
 	if err != nil {
@@ -296,4 +290,27 @@ func failoverModuleRoot(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// startScenario starts the system of cfg (ModuleDir and RunDir filled in
+// when empty) and logs how long the start
+// took and what runs (what: the parts, for the log line).
+func startScenario(ctx context.Context, t *testing.T, cfg Config, what string) *System {
+	t.Helper()
+	if cfg.ModuleDir == "" {
+		cfg.ModuleDir = scenarioModuleRoot(t)
+	}
+	if cfg.RunDir == "" {
+		cfg.RunDir = scenarioRunDir(t)
+	}
+	started := time.Now()
+	sys, err := StartSystem(ctx, cfg)
+	if errors.Is(err, ErrMissingTool) {
+		t.Fatal(err) // one line naming the fix
+	}
+	if err != nil {
+		t.Fatalf("start the system: %v", err)
+	}
+	t.Logf("system up in %s: %s, intake, %d workers", time.Since(started).Round(time.Millisecond), what, len(sys.Workers))
+	return sys // the caller defers sys.Stop
 }

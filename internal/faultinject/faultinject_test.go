@@ -2,7 +2,6 @@ package faultinject
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -61,39 +60,12 @@ func TestFaultInjection(t *testing.T) {
 	}
 	t.Logf("fault time %s, seed %d (%s=%d replays the fault order and job mix)", dur, seed, seedEnv, seed)
 
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	moduleDir, err := ModuleRoot(wd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runDir, err := os.MkdirTemp("", "mightyetl-faultinject-run-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("run directory kept (process logs, faults.txt, violations.txt): %s", runDir)
-			return
-		}
-		_ = os.RemoveAll(runDir)
-	})
-
+	runDir := scenarioRunDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), dur+15*time.Minute)
 	defer cancel()
 	started := time.Now()
-	sys, err := StartSystem(ctx, Config{ModuleDir: moduleDir, RunDir: runDir})
-	if errors.Is(err, ErrMissingTool) {
-		t.Fatal(err) // one line naming the fix
-	}
-	if err != nil {
-		t.Fatalf("start the system: %v", err)
-	}
+	sys := startScenario(ctx, t, Config{RunDir: runDir}, "PostgreSQL, NATS (the workers' database through the fault proxy)")
 	defer sys.Stop(context.WithoutCancel(ctx))
-	t.Logf("system up in %s: PostgreSQL, NATS, intake, %d workers (database through the fault proxy)",
-		time.Since(started).Round(time.Millisecond), len(sys.Workers))
 
 	sampler := NewSampler(sys)
 	sampler.SampleOnce(ctx)

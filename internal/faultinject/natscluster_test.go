@@ -3,7 +3,6 @@ package faultinject
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -59,20 +58,12 @@ func TestNATSClusterNodeLoss(t *testing.T) {
 	t.Parallel()
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
-	runDir := failoverRunDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	started := time.Now()
-	sys, err := StartSystem(ctx, Config{ModuleDir: failoverModuleRoot(t), RunDir: runDir, Workers: 2, NATSNodes: clusterNodes})
-	if errors.Is(err, ErrMissingTool) {
-		t.Fatal(err) // one line naming the fix
-	}
-	if err != nil {
-		t.Fatalf("start the system: %v", err)
-	}
+	sys := startScenario(ctx, t, Config{Workers: 2, NATSNodes: clusterNodes},
+		fmt.Sprintf("PostgreSQL, a %d-node NATS cluster (NATS_URL with every node)", clusterNodes))
 	defer sys.Stop(context.WithoutCancel(ctx))
-	t.Logf("system up in %s: PostgreSQL, a %d-node NATS cluster, intake, %d workers, NATS_URL with every node",
-		time.Since(started).Round(time.Millisecond), clusterNodes, len(sys.Workers))
 
 	nc, err := nats.Connect(sys.NATSURL(), nats.Name("faultinject-cluster-harness"), nats.MaxReconnects(-1),
 		nats.ReconnectWait(50*time.Millisecond), nats.RetryOnFailedConnect(true))
@@ -196,7 +187,7 @@ func TestNATSClusterNodeLoss(t *testing.T) {
 		formatCounts(ackedByPath(ledger, pub)), pub.ackedCount(), pub.errCount(), found, lost, doubled,
 		report.Jobs, report.Events, report.EventCopies, int(outages))
 	if len(report.Details) > 0 {
-		_ = WriteFile(filepath.Join(runDir, "violations.txt"), report.Details)
+		_ = WriteFile(filepath.Join(sys.cfg.RunDir, "violations.txt"), report.Details)
 	}
 	if lost != 0 || doubled != 0 {
 		t.Errorf("requests acknowledged by JetStream: %d lost, %d with more than one job", lost, doubled)

@@ -59,29 +59,12 @@ type phase struct {
 // counts and durations only.
 func TestVersionSkewRollingUpgrade(t *testing.T) {
 	t.Parallel()
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	moduleDir, err := ModuleRoot(wd)
-	if err != nil {
-		t.Fatal(err)
-	}
+	moduleDir := scenarioModuleRoot(t)
 	commit, err := ReadPreviousRelease(moduleDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runDir, err := os.MkdirTemp("", "mightyetl-upgrade-run-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("run directory kept (process logs, violations.txt): %s", runDir)
-			return
-		}
-		_ = os.RemoveAll(runDir)
-	})
+	runDir := scenarioRunDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 
