@@ -260,16 +260,7 @@ func (n *NATSNode) Kill() error {
 // Stop stops the node with SIGTERM and SIGKILL after grace; a node that
 // is not running is left alone.
 func (n *NATSNode) Stop(grace time.Duration) {
-	if n.cmd == nil {
-		return
-	}
-	_ = n.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-n.done:
-	case <-time.After(grace):
-		_ = n.cmd.Process.Kill()
-		<-n.done
-	}
+	stopNATSProcess(n.cmd, n.done, grace)
 	n.cmd = nil
 }
 

@@ -99,15 +99,22 @@ func (n *NATSServer) Start(ctx context.Context) error {
 // before nats-server 2.10's sync_interval setting; that would be a test
 // artefact, not a product fault), and SIGKILL after grace.
 func (n *NATSServer) Stop(grace time.Duration) {
-	if n.cmd == nil {
+	stopNATSProcess(n.cmd, n.done, grace)
+	n.cmd = nil
+}
+
+// stopNATSProcess stops a nats-server process (nil: not running) with
+// SIGTERM, which flushes its JetStream store, and SIGKILL after grace, and
+// waits for done (closed when the process has been reaped).
+func stopNATSProcess(cmd *exec.Cmd, done <-chan struct{}, grace time.Duration) {
+	if cmd == nil {
 		return
 	}
-	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-n.done:
+	case <-done:
 	case <-time.After(grace):
-		_ = n.cmd.Process.Kill()
-		<-n.done
+		_ = cmd.Process.Kill()
+		<-done
 	}
-	n.cmd = nil
 }
