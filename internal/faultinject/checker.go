@@ -239,7 +239,7 @@ func (c *Checker) loadEvents(ctx context.Context) (map[string][]lifecycleEvent, 
 	byID := map[string]lifecycleEvent{}
 	c.eventSeqs = map[string][]uint64{}
 	if info.State.Msgs > 0 {
-		cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+		cons, err := orderedConsumer(ctx, st)
 		if err != nil {
 			return nil, fmt.Errorf("checker: lifecycle consumer: %w", err)
 		}
@@ -285,6 +285,27 @@ func (c *Checker) loadEvents(ctx context.Context) (map[string][]lifecycleEvent, 
 		out[ev.jobID] = append(out[ev.jobID], ev)
 	}
 	return out, nil
+}
+
+// orderedConsumer creates an ordered consumer on st, each attempt bounded
+// at 10 s and retried until ctx ends: on a cluster whose nodes were just
+// killed and restarted, one creation request can go unanswered (seen once
+// in the NATS-cluster scenario: the whole two minutes, with every node up
+// and a metadata leader elected), and a fresh request is answered.
+func orderedConsumer(ctx context.Context, st jetstream.Stream) (jetstream.Consumer, error) {
+	for {
+		attempt, cancel := context.WithTimeout(ctx, 10*time.Second)
+		cons, err := st.OrderedConsumer(attempt, jetstream.OrderedConsumerConfig{})
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return cons, err
+		}
+		select { // an error answered at once is not retried in a tight loop
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // checkSubmissions: every acknowledged key has exactly one job, every
