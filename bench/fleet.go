@@ -470,31 +470,41 @@ func (h *harness) fleetWorkers(ctx context.Context, n, poolSize, round int) (Res
 		env = append(env, "MIGHTYETL_WORKER_POOL_SIZE="+itoa(poolSize))
 		res.Settings["pool_size"] = itoa(poolSize)
 	}
-	procs, err := h.startFleetWorkers(ctx, n, slots, env)
-	if err != nil {
-		return res, err
-	}
-	defer stopFleet(procs)
-
 	if fn.nc != nil {
 		res.Settings["pickup"] = fmt.Sprintf("%s at %g/s, 2 s jobs, NATS wake-up after each commit; available -> claimed by the database clock", o.PickupDuration, h.o.Rate)
-		if err := h.fleetPickup(ctx, fn, &res); err != nil {
+		procs, err := h.startFleetWorkers(ctx, n, slots, env)
+		if err != nil {
+			return res, err
+		}
+		err = h.fleetPickup(ctx, fn, &res)
+		stopFleet(procs)
+		if err != nil {
 			return res, err
 		}
 	} else {
 		res.Notes = append(res.Notes, "no -nats-url: pickup not measured")
 	}
 
-	// The backlog, in one statement per 250,000 jobs: the workers see it
-	// at its commit and work it down; the window ends well before it does.
-	res.Settings["backlog"] = fmt.Sprintf("%d zero-duration jobs inserted after the pickup part in statements of 100,000 (bulkInsertSQL, no VACUUM), a NATS wake-up after each; no feed", o.Backlog)
+	// The backlog goes in while no worker runs, then VACUUM ANALYZE: the
+	// window measures claiming and finishing, not a race with the insert
+	// (an insert transaction open for seconds holds back the cleanup of the
+	// claim queue's dead entries, and every claim then reads them all).
+	res.Settings["backlog"] = fmt.Sprintf("%d zero-duration jobs inserted before the workers start, in statements of 100,000 (bulkInsertSQL), then VACUUM ANALYZE; no feed", o.Backlog)
 	tag := "bench-fleet-" + uuid.NewString()
 	for lo := 1; lo <= o.Backlog; lo += 100_000 {
 		if _, err := h.pool.Exec(ctx, bulkInsertSQL, benchPrincipal, tag, zeroPayload, lo, min(lo+100_000-1, o.Backlog)); err != nil {
 			return res, fmt.Errorf("insert the backlog: %w", err)
 		}
-		fn.wake()
 	}
+	if _, err := h.pool.Exec(ctx, `VACUUM ANALYZE`); err != nil {
+		return res, fmt.Errorf("vacuum the backlog: %w", err)
+	}
+	procs, err := h.startFleetWorkers(ctx, n, slots, env)
+	if err != nil {
+		return res, err
+	}
+	defer stopFleet(procs)
+	fn.wake()
 	if err := sleepCtx(ctx, o.Warmup); err != nil {
 		return res, err
 	}
@@ -504,11 +514,20 @@ func (h *harness) fleetWorkers(ctx context.Context, n, poolSize, round int) (Res
 		return res, err
 	}
 	c0, t0 := sampleCPU(pids), time.Now()
-	var connsMax int64
+	var connsMax, oldestXactMs, queueDeadMax int64
 	deadline := t0.Add(o.Window)
 	for time.Now().Before(deadline) {
 		if c, err := h.serverConns(ctx); err == nil {
 			connsMax = max(connsMax, c)
+		}
+		// What makes claims slow when it grows: the oldest open transaction
+		// (it holds back the cleanup of dead queue entries) and those entries.
+		if c, err := h.count(ctx, `SELECT coalesce(max(extract(epoch FROM clock_timestamp() - xact_start) * 1000), 0)::bigint
+			FROM pg_stat_activity WHERE datname = current_database() AND xact_start IS NOT NULL AND pid <> pg_backend_pid()`); err == nil {
+			oldestXactMs = max(oldestXactMs, c)
+		}
+		if c, err := h.count(ctx, `SELECT coalesce(n_dead_tup, 0) FROM pg_stat_user_tables WHERE relname = 'etl_job_claim_queue'`); err == nil {
+			queueDeadMax = max(queueDeadMax, c)
 		}
 		if err := sleepCtx(ctx, min(time.Second, time.Until(deadline))); err != nil {
 			return res, err
@@ -538,6 +557,8 @@ func (h *harness) fleetWorkers(ctx context.Context, n, poolSize, round int) (Res
 	m["worked"] = s1[seriesSucceeded] - s0[seriesSucceeded]
 	m["jobs_per_s"] = m["worked"] / elapsed.Seconds()
 	m["server_connections_max"] = float64(connsMax)
+	m["oldest_transaction_ms_max"] = float64(oldestXactMs)
+	m["claim_queue_dead_tuples_max"] = float64(queueDeadMax)
 	m["exec_acquires_per_s"] = (s1[seriesExecAcquires] - s0[seriesExecAcquires]) / elapsed.Seconds()
 	m["exec_empty_acquires_per_s"] = (s1[seriesExecEmpty] - s0[seriesExecEmpty]) / elapsed.Seconds()
 	// Seconds spent waiting for an execution connection per second of the
