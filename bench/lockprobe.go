@@ -99,6 +99,8 @@ type probeLog struct {
 	mu      sync.Mutex
 	samples map[string][]probeSample
 	errs    map[string]error // the first error of each kind
+	// classes counts each kind's failures by errorClass.
+	classes map[string]map[string]int
 }
 
 func (l *probeLog) add(kind string, s probeSample, err error) {
@@ -107,6 +109,15 @@ func (l *probeLog) add(kind string, s probeSample, err error) {
 	l.samples[kind] = append(l.samples[kind], s)
 	if err != nil && l.errs[kind] == nil {
 		l.errs[kind] = err
+	}
+	if err != nil {
+		if l.classes == nil {
+			l.classes = map[string]map[string]int{}
+		}
+		if l.classes[kind] == nil {
+			l.classes[kind] = map[string]int{}
+		}
+		l.classes[kind][errorClass(err)]++
 	}
 }
 
@@ -301,6 +312,9 @@ func (h *harness) lockProbe(ctx context.Context) (res []Result, err error) {
 		summary.Metrics[k+"_statements_total"] = float64(n)
 		summary.Metrics[k+"_failed_total"] = float64(failed)
 		summary.Metrics[k+"_wait_max_total_ms"] = ms(longest)
+		for class, n := range p.log.classes[k] {
+			summary.Metrics[k+"_failed_"+strings.ReplaceAll(strings.ToLower(class), " ", "_")] = float64(n)
+		}
 		if e := p.log.errs[k]; e != nil {
 			// Error classes only, never the text (it may carry SQL).
 			summary.Notes = append(summary.Notes, fmt.Sprintf("%s probe failed at least once (%s)", k, errorClass(e)))

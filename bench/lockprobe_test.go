@@ -60,6 +60,18 @@ func TestLockProbeSmoke(t *testing.T) {
 			for _, r := range rep.Results {
 				got[r.Variant] = r
 			}
+			// tolerated is how many of kind's failures are what the
+			// historic migrations themselves cause: they ran in one
+			// transaction each and retyped columns, so a probe may be the
+			// deadlock victim (40P01) or find its prepared plan's result
+			// type changed (0A000). None is tolerated on the upgrade path.
+			tolerated := func(kind string) float64 {
+				if !tc.lp.Historic {
+					return 0
+				}
+				m := got["summary"].Metrics
+				return m[kind+"_failed_sqlstate_40p01"] + m[kind+"_failed_sqlstate_0a000"]
+			}
 			for v := tc.from + 1; v <= tc.to; v++ {
 				r, ok := got[names[v]]
 				if !ok {
@@ -70,7 +82,7 @@ func TestLockProbeSmoke(t *testing.T) {
 					t.Errorf("%s: migration_s = %v", r.Variant, r.Metrics["migration_s"])
 				}
 				for _, k := range lockProbeKinds {
-					if r.Metrics[k+"_failed"] != 0 {
+					if r.Metrics[k+"_failed"] > tolerated(k) {
 						t.Errorf("%s: %v %s probes failed", r.Variant, r.Metrics[k+"_failed"], k)
 					}
 				}
@@ -91,8 +103,8 @@ func TestLockProbeSmoke(t *testing.T) {
 				t.Errorf("versions %v..%v, want %d..%d", m["from_version"], m["to_version"], tc.from, tc.to)
 			}
 			for _, k := range lockProbeKinds {
-				if m[k+"_statements_total"] < 1 || m[k+"_failed_total"] != 0 {
-					t.Errorf("%s probe: %v statements, %v failed", k, m[k+"_statements_total"], m[k+"_failed_total"])
+				if m[k+"_statements_total"] < 1 || m[k+"_failed_total"] > tolerated(k) {
+					t.Errorf("%s probe: %v statements, %v failed (%v)", k, m[k+"_statements_total"], m[k+"_failed_total"], s.Notes)
 				}
 			}
 			var out bytes.Buffer
