@@ -97,6 +97,13 @@ ALTER TABLE etl_operator_audit_records OWNER TO mightyetl_migrator_role;
 ALTER TABLE etl_schema_compatibility OWNER TO mightyetl_migrator_role;
 ALTER TABLE etl_maintenance_leader OWNER TO mightyetl_migrator_role;
 ALTER VIEW  etl_outbox_job_events   OWNER TO mightyetl_migrator_role;
+ALTER TABLE etl_uploads             OWNER TO mightyetl_migrator_role;
+ALTER TABLE etl_upload_parts        OWNER TO mightyetl_migrator_role;
+ALTER TABLE etl_upload_chunks       OWNER TO mightyetl_migrator_role;
+ALTER TABLE etl_chunked_job_queue   OWNER TO mightyetl_migrator_role;
+ALTER TABLE etl_chunked_loads       OWNER TO mightyetl_migrator_role;
+ALTER TABLE etl_chunked_load_bad_records OWNER TO mightyetl_migrator_role;
+ALTER VIEW  processed_data_visible  OWNER TO mightyetl_migrator_role;
 ALTER SEQUENCE etl_lease_fencing_token_sequence OWNER TO mightyetl_migrator_role;
 DO $functions$
 DECLARE
@@ -140,7 +147,9 @@ $goose$;
 ------------------------------------------------------------------------------
 REVOKE ALL ON TABLE etl_job_records, etl_idempotency_records, processed_data, etl_outbox_events,
                     etl_job_claim_queue, etl_operator_audit_records, etl_schema_compatibility,
-                    etl_maintenance_leader
+                    etl_maintenance_leader, etl_uploads, etl_upload_parts, etl_upload_chunks,
+                    etl_chunked_job_queue, etl_chunked_loads, etl_chunked_load_bad_records,
+                    processed_data_visible
     FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role, mightyetl_maintenance_role;
 REVOKE ALL ON SEQUENCE etl_lease_fencing_token_sequence, processed_data_processed_data_id_seq
     FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role, mightyetl_maintenance_role;

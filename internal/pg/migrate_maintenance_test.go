@@ -58,8 +58,10 @@ func TestMigration00022MaintenanceLeaderIsAdditive(t *testing.T) {
 	if got := compatRow(); got != 1 {
 		t.Fatalf("schema 22 admits binaries from level %d, want 1 (purely additive)", got)
 	}
-	if c := pg.Compatible(migMaintenanceLeader, 1); !c.Compatible {
-		t.Fatalf("this binary at schema 22: %+v", c)
+	// This binary runs at 22 only while 22 is within its range (from 0.2.0
+	// on it needs 24: the chunked-job tables).
+	if c := pg.Compatible(migMaintenanceLeader, 1); c.Compatible != (migMaintenanceLeader >= pg.MinSchemaVersion) {
+		t.Fatalf("this binary (range %d..%d) at schema 22: %+v", pg.MinSchemaVersion, pg.MaxSchemaVersion, c)
 	}
 	// The row's constraints: a lower-case name, a non-empty holder.
 	for name, stmt := range map[string]string{
@@ -84,8 +86,8 @@ func TestMigration00022MaintenanceLeaderIsAdditive(t *testing.T) {
 	if leaderTable() || compatRow() != 0 {
 		t.Fatal("the leader table or the compatibility row survived the down")
 	}
-	if c, err := pg.CheckCompatibility(ctx, pool); err != nil || !c.Compatible {
-		t.Fatalf("this binary after the down to 21 (rollback): %+v, %v", c, err)
+	if c, err := pg.CheckCompatibility(ctx, pool); err != nil || c.Compatible != (migMaintenanceLeader-1 >= pg.MinSchemaVersion) {
+		t.Fatalf("this binary (range %d..%d) after the down to 21 (rollback): %+v, %v", pg.MinSchemaVersion, pg.MaxSchemaVersion, c, err)
 	}
 	if n := pgtest.Count(t, pool, `SELECT count(*) FROM etl_job_records WHERE job_record_id = $1`, jobs[0]); n != 1 {
 		t.Fatalf("the job written before 00022: %d rows after up and down", n)
