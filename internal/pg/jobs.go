@@ -18,6 +18,10 @@ import (
 const (
 	KindETLRecords = "etl_records"
 	KindDiagnostic = "diagnostic"
+	// KindETLChunked is a large job loaded chunk by chunk from an upload
+	// (issue 32, migration 00023): its payload is a small manifest, its
+	// data lives in etl_upload_chunks, its checkpoint in etl_chunked_loads.
+	KindETLChunked = "etl_chunked"
 )
 
 // Job states.
@@ -75,6 +79,10 @@ type Job struct {
 	Lineage *Lineage
 	// RequestDigest is internal: it decides whether a resubmission is identical.
 	RequestDigest string
+	// Progress is the load's checkpoint of a job of kind etl_chunked, nil
+	// for every other kind (and for a chunked job whose load row is gone).
+	// GetJob and ListJobs fill it; other reads leave it nil.
+	Progress *Progress
 }
 
 // Inserted is the outcome of inserting one NewJob.
@@ -423,7 +431,9 @@ func insertJobs(ctx context.Context, db DBTX, jobs []NewJob, stmts insertStateme
 }
 
 // GetJob returns the job jobID if it belongs to principalScopeHash, and
-// ErrNotFound otherwise (absent and foreign jobs are indistinguishable).
+// ErrNotFound otherwise (absent and foreign jobs are indistinguishable). A
+// chunked job's Progress is read by a second statement, only for that kind
+// (AttachProgress).
 func GetJob(ctx context.Context, db DBTX, principalScopeHash string, jobID uuid.UUID) (Job, error) {
 	row := db.QueryRow(ctx, `SELECT `+jobColumns+` FROM etl_job_records j
 		WHERE j.job_record_id = $1 AND j.principal_scope_hash = decode($2, 'hex')`, jobID, principalScopeHash)
@@ -433,6 +443,13 @@ func GetJob(ctx context.Context, db DBTX, principalScopeHash string, jobID uuid.
 	}
 	if err != nil {
 		return Job{}, fmt.Errorf("get job: %w", err)
+	}
+	if j.Kind == KindETLChunked {
+		jobs := []Job{j}
+		if err := AttachProgress(ctx, db, jobs); err != nil {
+			return Job{}, fmt.Errorf("get job: %w", err)
+		}
+		j = jobs[0]
 	}
 	return j, nil
 }

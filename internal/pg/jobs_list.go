@@ -33,7 +33,8 @@ type ListParams struct {
 // ListJobs returns up to p.Limit of the owner's jobs, newest first
 // (created_at DESC, job_record_id DESC). The keyset predicate and order match
 // etl_job_owner_pagination_index read backwards (it is ascending since
-// migration 00016), so a page costs O(limit) index entries
+// migration 00016), so a page costs O(limit) index entries (and, when the
+// page holds chunked jobs, one batched read of their Progress)
 // whatever the table size; with a status filter it reads the owner's entries
 // until limit of them match (a dedicated status index was dropped in
 // migration 00004 because every job transition paid for it). Rows inserted while a client pages sort before its cursor and are
@@ -57,6 +58,11 @@ func ListJobs(ctx context.Context, db DBTX, p ListParams) ([]Job, error) {
 		jobs = append(jobs, j)
 	}
 	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	rows.Close()
+	// The page's chunked jobs, if any, in one more statement.
+	if err := AttachProgress(ctx, db, jobs); err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
 	return jobs, nil
