@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	crand "crypto/rand"
 	"encoding/base64"
@@ -214,6 +215,8 @@ type call struct {
 	key    string // Idempotency-Key; empty sends none
 	body   []byte // nil sends no body
 	header http.Header
+	// contentType is the body's media type; empty means application/json.
+	contentType string
 }
 
 // response is a fully read answer.
@@ -294,7 +297,7 @@ func (c *Client) once(ctx context.Context, cl call) (*response, error) {
 	}
 	if cl.body != nil {
 		// The intake refuses a body without it (415).
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", cmp.Or(cl.contentType, "application/json"))
 	}
 	if cl.key != "" {
 		req.Header.Set("Idempotency-Key", cl.key)

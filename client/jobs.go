@@ -47,12 +47,36 @@ type Job struct {
 	ReplaySourceID   string `json:"replaySourceJobRecordId,omitempty"`
 	ReplayRootID     string `json:"replayRootJobRecordId,omitempty"`
 	ReplayGeneration int    `json:"replayGenerationCount,omitempty"`
+	// Progress is a chunked job's loading progress (a job submitted by
+	// Upload or SubmitUpload); nil for other jobs.
+	Progress *Progress `json:"progress,omitempty"`
 	// ETag is the representation's entity tag ("" in list pages); Get and
 	// Wait use it for conditional requests.
 	ETag string `json:"-"`
 	// RetryAfter is the service's polling hint while the job is active,
 	// zero otherwise and in list pages.
 	RetryAfter time.Duration `json:"-"`
+}
+
+// Progress is how far a chunked job has loaded: the service commits each
+// chunk of records with a checkpoint, and the job's rows become visible all
+// together when it succeeds.
+type Progress struct {
+	// RecordsLoaded is the number of records loaded by committed chunks.
+	RecordsLoaded int64 `json:"recordsLoaded"`
+	// RecordsTotal is the payload's number of records, nil while unknown.
+	RecordsTotal *int64 `json:"recordsTotal,omitempty"`
+	// ChunksDone is the number of committed chunks.
+	ChunksDone int64 `json:"chunksDone"`
+	// BadRecords is the number of records skipped under maxBadRecords.
+	BadRecords int64 `json:"badRecords"`
+	// FailedRecordNumber is, on a job failed by a record, that record's
+	// number (its line in JSON Lines, its 1-based position in an array).
+	FailedRecordNumber *int64 `json:"failedRecordNumber,omitempty"`
+	// LastCheckpointAt is when the last chunk committed, nil before one.
+	LastCheckpointAt *time.Time `json:"lastCheckpointAt,omitempty"`
+	// PayloadBytes is the size of the job's (uncompressed) payload.
+	PayloadBytes int64 `json:"payloadBytes"`
 }
 
 // Submission is the answer to Submit, SubmitDiagnostic and Replay (and to a
@@ -69,6 +93,8 @@ type Submission struct {
 	Key string `json:"idempotencyKey"`
 	// Replayed is true when the job already existed for this key and body.
 	Replayed bool `json:"idempotencyReplayed"`
+	// UploadID is, for a job submitted by Upload, the upload it was made of.
+	UploadID string `json:"uploadId,omitempty"`
 }
 
 // Cancellation is the answer to Cancel: the job, now CANCELLED.
@@ -222,10 +248,19 @@ const DefaultPollInterval = time.Second
 // if none) and an error wrapping ctx.Err(). Problems (CodeJobNotFound, say)
 // end it at once.
 func (c *Client) Wait(ctx context.Context, id string) (*Job, error) {
+	return c.Watch(ctx, id, nil)
+}
+
+// Watch is Wait that also calls seen (when not nil) on Watch's goroutine
+// with every state it reads, the terminal one included. While a job
+// reports Progress it polls without If-None-Match, so a seen callback
+// gets the progress of every poll even where the entity tag does not
+// cover it.
+func (c *Client) Watch(ctx context.Context, id string, seen func(*Job)) (*Job, error) {
 	var last *Job
 	for {
 		var etag string
-		if last != nil {
+		if last != nil && (seen == nil || last.Progress == nil) {
 			etag = last.ETag
 		}
 		j, notModified, hint, err := c.getConditional(ctx, id, etag)
@@ -237,6 +272,9 @@ func (c *Client) Wait(ctx context.Context, id string) (*Job, error) {
 		}
 		if !notModified {
 			last = j
+			if seen != nil {
+				seen(j)
+			}
 		} else {
 			last.RetryAfter = hint
 		}

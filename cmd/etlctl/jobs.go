@@ -34,12 +34,15 @@ const (
 const jobsUsage = `usage: etlctl jobs <command> [flags]
 
 Commands:
-  submit   [--file F | stdin] [--jsonl] [--key K]   submit a JSON array of records (or JSON Lines, one job per line); prints job id and key
+  submit   [--file F | stdin] [--key K]            submit a JSON array of records, or JSON Lines of records
+           [--format jsonl|json-array] [--max-bad-records N] [--resume UPLOAD] [--gzip] [--part-size BYTES]
+                                                   (a .jsonl file, or one above 1 MiB, goes through a resumable upload)
+           [--jsonl]                               JSON Lines of jobs instead: one job (a JSON array) per line
   get      ID                                      show a job
   list     [--status S] [--limit N] [--cursor C] [--all]   list your jobs, newest first
   cancel   ID [--key K]                            cancel a PENDING or RUNNING job (again: replays, exit 0)
   replay   ID [--file F | stdin] [--key K]         run a FAILED or CANCELLED job again (body: the original payload, byte for byte)
-  wait     ID [--timeout D]                        wait until the job ends; prints its final state
+  wait     ID [--timeout D] [--progress P]         wait until the job ends; prints its final state (a large job's progress: --progress)
   process  [--file F | stdin] [--key K]            validate, transform and load records synchronously
 
 Connection (flag, else environment variable):
@@ -55,6 +58,8 @@ Every command takes -o table|json (default: table on a terminal, json otherwise)
 Without --key a random idempotency key is generated and printed; repeat a request with it.
 cancel's default key is etlctl-cancel-<job id>: cancelling a job again replays the first cancel.
 Transient failures (connection errors, 429, 503) are retried with the same key and body.
+--progress auto|bar|plain|none (submit's upload, wait's large job): auto draws a bar on
+standard error when it is a terminal and prints nothing otherwise; plain prints a line per change.
 
 Exit status: 0 done; 2 bad usage; 5 the service answered a problem (printed as
 "<errorCode> (<status>): <detail>", after "record <n>: ", the 0-based position in
@@ -66,6 +71,7 @@ Examples:
   echo '[{"id":"a1","name":"jane"}]' | etlctl jobs submit
   etlctl jobs submit --file batch.json --key batch-2026-03-01-0001
   etlctl jobs submit --jsonl --file jobs.jsonl -o json
+  etlctl jobs submit --file big.jsonl --max-bad-records 10    (interrupted: it prints the --resume line to run)
   etlctl jobs wait 0b9d5a7e-8c1f-4e53-9a51-2f7c6a1d3e40 --timeout 5m
   etlctl jobs list --status FAILED --all
   etlctl jobs cancel 0b9d5a7e-8c1f-4e53-9a51-2f7c6a1d3e40
@@ -358,35 +364,50 @@ func submissionRow(id string, status client.Status, replayed bool, key string) [
 }
 
 func (c *jobsCmd) submit(args []string) int {
-	file := c.fs.String("file", "", "read records from this file instead of standard input")
-	jsonl := c.fs.Bool("jsonl", false, "JSON Lines: one job (a JSON array of records) per line")
-	key := c.fs.String("key", "", "idempotency key (with --jsonl, line n uses <key>-<n>); generated when empty")
-	_, cl, body, ok := c.setup(args, 0, file)
+	var o payloadOptions
+	c.fs.StringVar(&o.file, "file", "", "read records from this file instead of standard input")
+	jsonl := c.fs.Bool("jsonl", false, "JSON Lines of jobs: one job (a JSON array of records) per line")
+	c.fs.StringVar(&o.key, "key", "", "idempotency key (with --jsonl, line n uses <key>-<n>); generated when empty")
+	c.fs.StringVar(&o.format, "format", "", "records format: jsonl (one record a line) or json-array (default: jsonl for a .jsonl or .ndjson file, else json-array)")
+	c.fs.IntVar(&o.maxBadRecords, "max-bad-records", 0, "skip up to this many malformed or untransformable records (uploads only)")
+	c.fs.StringVar(&o.resume, "resume", "", "resume the interrupted upload with this id (give the same input)")
+	c.fs.IntVar(&o.partSize, "part-size", 0, "upload part size in bytes (default 16 MiB)")
+	c.fs.BoolVar(&o.gzip, "gzip", false, "send upload parts gzipped")
+	c.fs.StringVar(&o.progress, "progress", progressAuto, "upload progress on standard error: auto (a bar on a terminal), bar, plain or none")
+	_, cl, _, ok := c.setup(args, 0, nil)
 	if !ok {
 		return exitUsage
 	}
-	bodies := [][]byte{body}
-	keys := []string{*key}
-	if *jsonl {
-		bodies, keys = nil, nil
-		sc := bufio.NewScanner(bytes.NewReader(body))
-		sc.Buffer(make([]byte, 64<<10), 64<<20)
-		for n := 1; sc.Scan(); n++ {
-			line := bytes.TrimSpace(sc.Bytes())
-			if len(line) == 0 {
-				continue
-			}
-			bodies = append(bodies, bytes.Clone(line))
-			k := ""
-			if *key != "" {
-				k = fmt.Sprintf("%s-%d", *key, n)
-			}
-			keys = append(keys, k)
+	if !*jsonl {
+		return c.submitPayload(cl, o)
+	}
+	if set := o.uploadFlagsSet(); len(set) > 0 {
+		fmt.Fprintf(c.errw, "etlctl jobs submit: --jsonl (one job per line) takes no %s\n", strings.Join(set, ", "))
+		return exitUsage
+	}
+	body, ok := c.readBody(o.file)
+	if !ok {
+		return exitUsage
+	}
+	var bodies [][]byte
+	var keys []string
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
 		}
-		if err := sc.Err(); err != nil {
-			fmt.Fprintf(c.errw, "etlctl jobs submit: read input: %v\n", err)
-			return exitUsage
+		bodies = append(bodies, bytes.Clone(line))
+		k := ""
+		if o.key != "" {
+			k = fmt.Sprintf("%s-%d", o.key, n)
 		}
+		keys = append(keys, k)
+	}
+	if err := sc.Err(); err != nil {
+		fmt.Fprintf(c.errw, "etlctl jobs submit: read input: %v\n", err)
+		return exitUsage
 	}
 	ctx, stop := signalContext()
 	defer stop()
@@ -527,8 +548,14 @@ func (c *jobsCmd) replay(args []string) int {
 
 func (c *jobsCmd) wait(args []string) int {
 	timeout := c.fs.Duration("timeout", 0, "give up after this long (exit 4); 0 waits until the job ends")
+	progress := c.fs.String("progress", progressAuto, "a large job's loading progress on standard error: auto (a bar on a terminal), bar, plain or none")
 	pos, cl, _, ok := c.setup(args, 1, nil)
 	if !ok {
+		return exitUsage
+	}
+	mode, ok := progressMode(*progress, c.errw)
+	if !ok {
+		fmt.Fprintf(c.errw, "etlctl jobs wait: --progress must be auto, bar, plain or none\n")
 		return exitUsage
 	}
 	ctx, stop := signalContext()
@@ -538,7 +565,18 @@ func (c *jobsCmd) wait(args []string) int {
 		ctx, cancel = context.WithTimeout(ctx, *timeout)
 		defer cancel()
 	}
-	j, err := cl.Wait(ctx, pos[0])
+	var seen func(*client.Job)
+	m := newMeter(c.errw, mode)
+	if mode != progressNone {
+		var r loadRate
+		seen = func(j *client.Job) {
+			if j.Progress != nil {
+				m.show(loadLine(j.Status, j.Progress, r.rate(j.Progress, time.Now())), j.Status.Terminal())
+			}
+		}
+	}
+	j, err := cl.Watch(ctx, pos[0], seen)
+	m.end()
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			if j != nil {
