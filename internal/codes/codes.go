@@ -77,6 +77,32 @@ const (
 	InternalError = "etl_internal_error"
 )
 
+// Problem codes of large-job uploads (package intake, issue 32), answered
+// by the HTTP transport.
+const (
+	// UploadNotFound: no such upload exists for the caller.
+	UploadNotFound = "etl_upload_not_found"
+	// UploadExpired: the upload stayed OPEN past its expiry.
+	UploadExpired = "etl_upload_expired"
+	// UploadDigestMismatch: a part's bytes, or the whole payload's, do not
+	// have the SHA-256 the client declared.
+	UploadDigestMismatch = "etl_upload_digest_mismatch"
+	// UploadIncomplete: the upload's parts are not numbered 1..N without a
+	// gap, or there are none.
+	UploadIncomplete = "etl_upload_incomplete"
+	// UploadAlreadySubmitted: the upload already made a job.
+	UploadAlreadySubmitted = "etl_upload_already_submitted"
+	// UploadTooLarge: a part, or the payload's bytes or records, beyond the
+	// configured limits.
+	UploadTooLarge = "etl_upload_too_large"
+	// UploadOwnerQuotaExceeded: the caller's OPEN uploads would stage more
+	// bytes than one owner may.
+	UploadOwnerQuotaExceeded = "etl_upload_owner_quota_exceeded"
+	// InvalidUploadPart: the part number is out of range, the X-Part-SHA256
+	// header is malformed or the gzip body is broken.
+	InvalidUploadPart = "etl_invalid_upload_part"
+)
+
 // Problem codes only the HTTP transport answers (package httpapi).
 const (
 	// AuthenticationRequired: valid credentials are required.
@@ -158,6 +184,8 @@ var Problems = []string{
 	InternalError, AuthenticationRequired, PayloadTooLarge, RouteNotFound, MethodNotAllowed,
 	UnsupportedMediaType, ServerBusy, AuthenticationRateLimited, AuthenticationOverloaded,
 	OperatorRequired, OpsInvalidFilter, SchemaIncompatible,
+	UploadNotFound, UploadExpired, UploadDigestMismatch, UploadIncomplete, UploadAlreadySubmitted,
+	UploadTooLarge, UploadOwnerQuotaExceeded, InvalidUploadPart,
 }
 
 // Rejections lists the codes only the NATS request consumer decides (a

@@ -52,6 +52,14 @@ var problemTable = map[string]problemSpec{
 	codes.AuthenticationOverloaded:  {503, "Authentication overloaded", "Password verification is at capacity; retry after Retry-After seconds."},
 	codes.OperatorRequired:          {403, "Operator required", "This resource is for operators (MIGHTYETL_OPERATOR_PRINCIPALS or the JWT operator claim)."},
 	codes.OpsInvalidFilter:          {400, "Invalid filter", "state, kind, code, from, to, before or limit has an unknown value."},
+	codes.UploadNotFound:            {404, "Upload not found", "No such upload exists for the caller."},
+	codes.UploadExpired:             {410, "Upload expired", "The upload was not submitted before it expired; start a new upload."},
+	codes.UploadDigestMismatch:      {400, "Upload digest mismatch", "The bytes received do not have the SHA-256 sent with them; send the part (or the parts) again."},
+	codes.UploadIncomplete:          {409, "Upload incomplete", "The upload's parts must be numbered 1..N without a gap; send the missing parts first."},
+	codes.UploadAlreadySubmitted:    {409, "Upload already submitted", "The upload already made a job; it takes no more parts and no other job."},
+	codes.UploadTooLarge:            {413, "Upload too large", "The part, or the payload's bytes or records, exceed the configured limits."},
+	codes.UploadOwnerQuotaExceeded:  {413, "Upload quota exceeded", "The caller's open uploads hold as many bytes as one owner may stage; submit or delete some first."},
+	codes.InvalidUploadPart:         {400, "Invalid upload part", "The part number must be 1 to 10000, X-Part-SHA256 64 lowercase hex characters, and a gzip body valid."},
 	codes.SchemaIncompatible:        {503, "Schema incompatible", "The database schema is not one this server may write to during an upgrade; retry after Retry-After seconds with the same Idempotency-Key and body."},
 }
 
