@@ -52,6 +52,31 @@ const (
 	CodeUnexpectedResponse         ErrorCode = "etl_unexpected_response"
 )
 
+// The problem codes of uploads (Upload and the upload calls).
+const (
+	// CodeUploadNotFound: no such upload exists for the caller.
+	CodeUploadNotFound ErrorCode = "etl_upload_not_found"
+	// CodeUploadExpired: the upload lapsed before it was submitted.
+	CodeUploadExpired ErrorCode = "etl_upload_expired"
+	// CodeUploadDigestMismatch: a part's bytes, or the parts together, do
+	// not have the SHA-256 sent with them.
+	CodeUploadDigestMismatch ErrorCode = "etl_upload_digest_mismatch"
+	// CodeUploadIncomplete: the parts are not numbered 1..N without a gap,
+	// or there are none.
+	CodeUploadIncomplete ErrorCode = "etl_upload_incomplete"
+	// CodeUploadAlreadySubmitted: the upload is a job already.
+	CodeUploadAlreadySubmitted ErrorCode = "etl_upload_already_submitted"
+	// CodeUploadTooLarge: the payload's bytes or records, or a part, are
+	// beyond the service's limits.
+	CodeUploadTooLarge ErrorCode = "etl_upload_too_large"
+	// CodeUploadOwnerQuotaExceeded: the caller's open uploads hold as many
+	// bytes as the service allows one owner.
+	CodeUploadOwnerQuotaExceeded ErrorCode = "etl_upload_owner_quota_exceeded"
+	// CodeInvalidUploadPart: the part number is out of range, the
+	// X-Part-SHA256 header is malformed or the gzip body is broken.
+	CodeInvalidUploadPart ErrorCode = "etl_invalid_upload_part"
+)
+
 // Error is a problem answered by the service. Over HTTP it is the RFC 9457
 // problem document (Status is the HTTP status); over NATS it is the code of
 // the intake's reply or of a rejection (Status is zero). An answer that is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
@@ -97,4 +98,39 @@ func ExampleClient_Process() {
 		log.Fatal(err)
 	}
 	fmt.Println(res.Processed, res.Key)
+}
+
+// Load a large JSON Lines file as one job, resuming once if the upload is
+// interrupted, and follow the load's progress.
+func ExampleClient_Upload() {
+	c, _ := client.New("", client.WithBasicAuth("alice", os.Getenv("MIGHTYETL_API_PASSWORD")))
+	ctx := context.Background()
+	f, err := os.Open("big.jsonl")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer f.Close()
+	opts := client.UploadOptions{Format: client.FormatJSONLines, MaxBadRecords: 10,
+		Progress: func(p client.UploadProgress) { log.Printf("sent %d of %d bytes", p.Bytes, p.Total) }}
+	sub, err := c.Upload(ctx, f, opts)
+	var ue *client.UploadError
+	if errors.As(err, &ue) {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			log.Fatal(err)
+		}
+		opts.UploadID, opts.Key = ue.UploadID, ue.Key // only the missing parts go
+		sub, err = c.Upload(ctx, f, opts)
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	job, err := c.Watch(ctx, sub.JobID, func(j *client.Job) {
+		if p := j.Progress; p != nil {
+			log.Printf("%s: %d records loaded", j.Status, p.RecordsLoaded)
+		}
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(job.Status)
 }

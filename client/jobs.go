@@ -252,15 +252,14 @@ func (c *Client) Wait(ctx context.Context, id string) (*Job, error) {
 }
 
 // Watch is Wait that also calls seen (when not nil) on Watch's goroutine
-// with every state it reads, the terminal one included. While a job
-// reports Progress it polls without If-None-Match, so a seen callback
-// gets the progress of every poll even where the entity tag does not
-// cover it.
+// with every new state it reads, the terminal one included. A chunked
+// job's entity tag covers its Progress, so every new checkpoint is a new
+// state.
 func (c *Client) Watch(ctx context.Context, id string, seen func(*Job)) (*Job, error) {
 	var last *Job
 	for {
 		var etag string
-		if last != nil && (seen == nil || last.Progress == nil) {
+		if last != nil {
 			etag = last.ETag
 		}
 		j, notModified, hint, err := c.getConditional(ctx, id, etag)
@@ -396,6 +395,49 @@ func (c *Client) Process(ctx context.Context, records []byte, key string) (*Proc
 		}
 	}
 	return out, nil
+}
+
+// BadRecord is a record a chunked job skipped under maxBadRecords: its
+// number (the line of JSON Lines, the 1-based element of an array) and the
+// problem code, never its content.
+type BadRecord struct {
+	RecordNumber int64     `json:"recordNumber"`
+	Code         ErrorCode `json:"errorCode"`
+}
+
+// BadRecordPage is one page of a job's bad records, by record number.
+type BadRecordPage struct {
+	Records []BadRecord `json:"items"`
+	// NextCursor continues the listing; empty on the last page.
+	NextCursor string `json:"nextCursor,omitempty"`
+}
+
+// BadRecords returns one page of the records the caller's chunked job id
+// skipped (GET /api/etl/jobs/{id}/bad-records), limit 1..100 (zero: the
+// service default, 50), from cursor (a NextCursor; empty starts at the
+// first). A job without skipped records has an empty page; a malformed,
+// absent or foreign id is CodeJobNotFound.
+func (c *Client) BadRecords(ctx context.Context, id string, limit int, cursor string) (*BadRecordPage, error) {
+	q := url.Values{}
+	if limit != 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	path := jobPath(id) + "/bad-records"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	res, err := c.do(ctx, call{method: http.MethodGet, path: path})
+	if err != nil {
+		return nil, err
+	}
+	p := BadRecordPage{Records: []BadRecord{}}
+	if err := decode(res, http.StatusOK, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
 }
 
 func jobPath(id string) string { return jobsPath + "/" + url.PathEscape(id) }
