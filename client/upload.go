@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -266,9 +267,10 @@ type UploadError struct {
 	Err   error
 }
 
-// Error returns the cause's text behind "upload interrupted: " (without
-// the upload id, which the caller prints where it wants it).
-func (e *UploadError) Error() string { return "mightyetl: upload interrupted: " + e.Err.Error() }
+// Error returns "mightyetl: upload interrupted: " and the cause's text.
+func (e *UploadError) Error() string {
+	return "mightyetl: upload interrupted: " + strings.TrimPrefix(e.Err.Error(), "mightyetl: ")
+}
 
 // Unwrap returns the cause.
 func (e *UploadError) Unwrap() error { return e.Err }
