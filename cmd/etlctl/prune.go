@@ -16,8 +16,9 @@ import (
 
 // runPrune serves `etlctl prune`: it deletes terminal jobs, response-ledger
 // rows, unpublished outbox rows and operator audit rows older than their
-// windows (database clock) in bounded batches and prints how many it
-// deleted. Jobs a replay references are always kept. Its windows are the
+// windows (database clock), and what large jobs leave behind
+// (pg.ChunkedPruneKinds, no window), in bounded batches and prints how
+// many it deleted. Jobs a replay references are always kept. Its windows are the
 // worker's built-in maintenance settings (config.RegisterPrune, same
 // variables and defaults). Safe to run from cron and concurrently with the
 // service, the fleet's elected maintainer and other pruners: every batch is
@@ -110,5 +111,29 @@ func runPrune(args []string) int {
 			status = 1
 		}
 	}
+	// What large jobs leave behind: no window, as the maintainer does.
+	for _, kind := range pg.ChunkedPruneKinds {
+		n, err := pg.PruneChunked(ctx, pool, kind, batch)
+		if n > 0 {
+			fmt.Printf("pruned %d %s\n", n, chunkedPruneWhat[kind])
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "etlctl prune: %v\n", err)
+			status = 1
+		}
+	}
 	return status
+}
+
+// chunkedPruneWhat names the rows of each chunked-job kind in prune's
+// output.
+var chunkedPruneWhat = map[pg.PruneKind]string{
+	pg.PruneKindChunkedQueue:      "chunked-queue rows of finished jobs",
+	pg.PruneKindDiscardedLoadRows: "target rows of failed, cancelled or pruned large jobs",
+	pg.PruneKindBadRecords:        "bad-record rows of pruned jobs",
+	pg.PruneKindChunkedLoads:      "load rows of pruned jobs",
+	pg.PruneKindExpiredUploads:    "expired uploads",
+	pg.PruneKindTerminalUploads:   "uploads of finished jobs",
+	pg.PruneKindUploadParts:       "upload parts of pruned uploads",
+	pg.PruneKindUploadChunks:      "unreferenced upload chunks",
 }

@@ -311,5 +311,18 @@ GRANT SELECT (outbox_event_id, occurred_at), UPDATE (outbox_event_id), DELETE
     ON TABLE etl_outbox_events TO mightyetl_maintenance_role;
 GRANT SELECT (audit_record_id, created_at), UPDATE (audit_record_id), DELETE
     ON TABLE etl_operator_audit_records TO mightyetl_maintenance_role;
+-- Large jobs' retention (migration 00023, internal/pg/prune_chunked.go):
+-- plain DELETEs of bounded batches (no FOR UPDATE, so no UPDATE privilege
+-- on these tables) reading only keys, states and times: never a chunk's
+-- bytes, a target row's data or a principal. The one UPDATE marks the load
+-- of a FAILED or CANCELLED job DISCARDED before its target rows go.
+GRANT SELECT (job_record_id), DELETE ON TABLE etl_chunked_job_queue TO mightyetl_maintenance_role;
+GRANT SELECT (job_record_id, load_state), UPDATE (load_state, updated_at), DELETE
+    ON TABLE etl_chunked_loads TO mightyetl_maintenance_role;
+GRANT SELECT (job_record_id, record_number), DELETE ON TABLE etl_chunked_load_bad_records TO mightyetl_maintenance_role;
+GRANT SELECT (processed_data_id, job_record_id), DELETE ON TABLE processed_data TO mightyetl_maintenance_role;
+GRANT SELECT (upload_id, upload_state, job_record_id, expires_at), DELETE ON TABLE etl_uploads TO mightyetl_maintenance_role;
+GRANT SELECT (upload_id, part_number, part_attempt_id), DELETE ON TABLE etl_upload_parts TO mightyetl_maintenance_role;
+GRANT SELECT (upload_id, part_attempt_id, chunk_index), DELETE ON TABLE etl_upload_chunks TO mightyetl_maintenance_role;
 
 COMMIT;

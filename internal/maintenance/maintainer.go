@@ -3,7 +3,10 @@
 // a time, elected through a leader row of etl_maintenance_leader (migration
 // 00022, pg.TakeLeadership), prunes terminal jobs, response-ledger rows,
 // claim-queue orphans, unpublished outbox rows and operator audit rows past
-// their windows, in bounded batches (docs/operations/maintenance.md).
+// their windows, and what large (chunked) jobs leave behind (the target
+// rows of failed and cancelled loads, expired and finished uploads, queue,
+// load and bad-record rows of finished or pruned jobs), in bounded batches
+// (docs/operations/maintenance.md).
 //
 // Invariants:
 //   - Never two pruning at once. Each batch runs in a transaction whose
@@ -62,7 +65,8 @@ const (
 )
 
 // Windows are the retention windows by the database clock; zero skips that
-// part. The claim-queue orphans have no window and are always pruned.
+// part. The claim-queue orphans and the chunked-job kinds have no window
+// and are always pruned.
 type Windows struct {
 	TerminalJobs time.Duration
 	Ledger       time.Duration
@@ -75,8 +79,8 @@ func DefaultWindows() Windows {
 	return Windows{TerminalJobs: DefaultWindow, Ledger: DefaultWindow, Outbox: DefaultWindow, Audit: DefaultAuditWindow}
 }
 
-// window is the window of kind; PruneKindOrphanQueue has none and runs
-// always (a positive placeholder).
+// window is the window of kind; PruneKindOrphanQueue and the chunked-job
+// kinds have none and run always (a positive placeholder).
 func (w Windows) window(kind pg.PruneKind) time.Duration {
 	switch kind {
 	case pg.PruneKindTerminalJobs:

@@ -10,10 +10,21 @@ const (
 	PruneOrphanQueue  = "orphan_queue"
 	PruneOutbox       = "outbox"
 	PruneAudit        = "audit"
+	// The chunked-job kinds (issue 32).
+	PruneChunkedQueue      = "chunked_queue"
+	PruneDiscardedLoadRows = "discarded_load_rows"
+	PruneBadRecords        = "bad_records"
+	PruneChunkedLoads      = "chunked_loads"
+	PruneExpiredUploads    = "expired_uploads"
+	PruneTerminalUploads   = "terminal_uploads"
+	PruneUploadParts       = "upload_parts"
+	PruneUploadChunks      = "upload_chunks"
 )
 
 // PruneKinds lists every kind label value of MaintenancePruned.
-var PruneKinds = []string{PruneTerminalJobs, PruneLedger, PruneOrphanQueue, PruneOutbox, PruneAudit}
+var PruneKinds = []string{PruneTerminalJobs, PruneLedger, PruneOrphanQueue, PruneOutbox, PruneAudit,
+	PruneChunkedQueue, PruneDiscardedLoadRows, PruneBadRecords, PruneChunkedLoads,
+	PruneExpiredUploads, PruneTerminalUploads, PruneUploadParts, PruneUploadChunks}
 
 // Outcomes of one retention run, the outcome label of MaintenanceRuns.
 const (
@@ -68,7 +79,7 @@ func NewMaintenance(reg prometheus.Registerer) *Maintenance {
 	m := &Maintenance{
 		Pruned: registerOrReuse(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mightyetl_maintenance_rows_pruned_total",
-			Help: "Rows deleted by the built-in retention of this process while it was the elected maintainer, by kind (terminal_jobs, ledger, orphan_queue, outbox, audit).",
+			Help: "Rows deleted by the built-in retention of this process while it was the elected maintainer, by kind (terminal_jobs, ledger, orphan_queue, outbox, audit, and the large-job kinds chunked_queue, discarded_load_rows, bad_records, chunked_loads, expired_uploads, terminal_uploads, upload_parts, upload_chunks).",
 		}, []string{"kind"})),
 		Runs: registerOrReuse(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mightyetl_maintenance_runs_total",

@@ -168,10 +168,45 @@ const (
 	PruneKindOrphanQueue  PruneKind = "orphan_queue"
 	PruneKindOutbox       PruneKind = "outbox"
 	PruneKindAudit        PruneKind = "audit"
+	// The chunked-job kinds (prune_chunked.go): no window, each statement
+	// in bounded batches.
+	//
+	// PruneKindChunkedQueue: etl_chunked_job_queue rows of terminal or
+	// pruned jobs.
+	PruneKindChunkedQueue PruneKind = "chunked_queue"
+	// PruneKindDiscardedLoadRows: target rows (processed_data) of loads
+	// whose job is FAILED, CANCELLED or pruned, after marking each such
+	// load DISCARDED (counted: the rows).
+	PruneKindDiscardedLoadRows PruneKind = "discarded_load_rows"
+	// PruneKindBadRecords: bad-record rows of pruned jobs.
+	PruneKindBadRecords PruneKind = "bad_records"
+	// PruneKindChunkedLoads: load rows of pruned jobs, once no bad record
+	// and (unless VISIBLE) no target row of theirs is left.
+	PruneKindChunkedLoads PruneKind = "chunked_loads"
+	// PruneKindExpiredUploads: OPEN uploads past their expires_at.
+	PruneKindExpiredUploads PruneKind = "expired_uploads"
+	// PruneKindTerminalUploads: SUBMITTED uploads of terminal or pruned
+	// jobs.
+	PruneKindTerminalUploads PruneKind = "terminal_uploads"
+	// PruneKindUploadParts: part rows of pruned uploads.
+	PruneKindUploadParts PruneKind = "upload_parts"
+	// PruneKindUploadChunks: chunk rows of pruned uploads, and of attempts
+	// no part row points at in uploads past their expires_at.
+	PruneKindUploadChunks PruneKind = "upload_chunks"
 )
 
-// PruneKinds lists every PruneKind in run order.
-var PruneKinds = []PruneKind{PruneKindTerminalJobs, PruneKindLedger, PruneKindOrphanQueue, PruneKindOutbox, PruneKindAudit}
+// PruneKinds lists every PruneKind in run order. The chunked kinds come
+// after terminal_jobs (a job pruned there leaves its load, bad records
+// and upload to them in the same run) and in dependency order: a load row
+// goes after its bad records and target rows, parts after their upload,
+// chunks after their part rows.
+var PruneKinds = append([]PruneKind{PruneKindTerminalJobs, PruneKindLedger, PruneKindOrphanQueue, PruneKindOutbox, PruneKindAudit},
+	ChunkedPruneKinds...)
+
+// ChunkedPruneKinds lists the chunked-job kinds (PruneChunked) in run
+// order: the tail of PruneKinds.
+var ChunkedPruneKinds = []PruneKind{PruneKindChunkedQueue, PruneKindDiscardedLoadRows, PruneKindBadRecords, PruneKindChunkedLoads,
+	PruneKindExpiredUploads, PruneKindTerminalUploads, PruneKindUploadParts, PruneKindUploadChunks}
 
 // FencedPrune is one part of retention run under a maintenance leadership.
 type FencedPrune struct {
@@ -188,15 +223,16 @@ type FencedPrune struct {
 
 // Prune deletes the rows of kind older than olderThan (database clock) as
 // `etlctl prune` does (the same statements: PruneTerminalJobs, PruneLedger,
-// PruneOrphanQueueRows, PruneOutbox, PruneOperatorAudit), in batches of at
-// most limit rows, each batch in a READ COMMITTED transaction of its own
+// PruneOrphanQueueRows, PruneOutbox, PruneOperatorAudit, PruneChunked), in
+// batches of at most limit rows, each batch in a READ COMMITTED transaction of its own
 // whose first statement is the fence: it extends f.Term by f.TTL while the
 // term is unexpired and still carries f.Term.Token, and holds the
 // leadership row's lock until the batch commits. When the fence finds the
 // term over, that batch deletes nothing and Prune returns what earlier
 // batches deleted with an error wrapping ErrNotLeader. olderThan is
-// ignored for PruneKindOrphanQueue (one statement, no window); for every
-// other kind it must be positive and limit at least 1.
+// ignored for PruneKindOrphanQueue (one statement, no window) and the
+// chunked kinds (no window); for every other kind it must be positive.
+// limit must be at least 1.
 func (f FencedPrune) Prune(ctx context.Context, db TxStarter, kind PruneKind, olderThan time.Duration, limit int) (int64, error) {
 	exec := func(ctx context.Context, sql string, args ...any) (tag pgconn.CommandTag, err error) {
 		err = WithTx(ctx, readCommittedBeginner{db}, func(tx pgx.Tx) error {
@@ -217,6 +253,9 @@ func (f FencedPrune) Prune(ctx context.Context, db TxStarter, kind PruneKind, ol
 	}
 	if f.TTL < time.Millisecond {
 		return 0, fmt.Errorf("prune %s: term %s below 1ms", kind, f.TTL)
+	}
+	if isChunkedKind(kind) {
+		return pruneChunked(ctx, exec, kind, limit)
 	}
 	switch kind {
 	case PruneKindTerminalJobs:
