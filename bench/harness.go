@@ -196,6 +196,8 @@ func (h *harness) runScenario(ctx context.Context, name string) ([]Result, error
 		return h.lockProbe(ctx)
 	case "fleet":
 		return h.fleet(ctx)
+	case "large":
+		return h.large(ctx)
 	}
 	return nil, fmt.Errorf("unknown scenario %q", name)
 }

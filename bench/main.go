@@ -15,6 +15,11 @@
 //	go run ./bench -scenarios lockprobe -json lockprobe.json
 //	go run ./bench -scenarios lockprobe -lockprobe-historic
 //
+// The large scenario (also only when named) uploads one job of -large-n
+// records through cmd/intake and loads it with cmd/worker, against COPY:
+//
+//	go run ./bench -scenarios large -large-n 1000000 -json large.json
+//
 // With -peers river it also runs bench/peers/river (a separate Go module,
 // never imported here) against a sibling database on the same server and
 // prints mightyETL/River ratios from the same run.
@@ -48,7 +53,7 @@ const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/mightyetl_bench"
 var allScenarios = []string{"burndown", "continuous", "pickup", "crash", "scale", "resources", "intake", "intake-binary"}
 
 // optInScenarios run only when named in -scenarios.
-var optInScenarios = []string{"lockprobe", "fleet"}
+var optInScenarios = []string{"lockprobe", "fleet", "large"}
 
 // options are the command-line settings of one run.
 type options struct {
@@ -94,6 +99,8 @@ type options struct {
 	LockProbe lockProbeOptions `json:"lockprobe"`
 	// Fleet are the fleet scenario's settings (bench/fleet.go).
 	Fleet fleetOptions `json:"fleet"`
+	// Large are the large scenario's settings (bench/large.go).
+	Large largeOptions `json:"large"`
 	out   io.Writer
 }
 
@@ -192,6 +199,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.LockProbe.Settle, "lockprobe-settle", time.Second, "lockprobe: probe-only pause before the first migration and after each")
 	fs.BoolVar(&o.LockProbe.Historic, "lockprobe-historic", false, "lockprobe: start at schema 13 and apply 00014..00016 (not online; they predate the rules)")
 	addFleetFlags(fs, &o.Fleet)
+	addLargeFlags(fs, &o.Large)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
