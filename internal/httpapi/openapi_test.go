@@ -63,6 +63,7 @@ func TestOpenAPIContract(t *testing.T) {
 	var page listResponse
 	e.do(req{Method: "GET", Path: "/api/etl/jobs?limit=1", Principal: "alice"}).json(t, &page)
 	etag := e.do(req{Method: "GET", Path: "/api/etl/jobs/" + s.JobRecordID, Principal: "alice"}).Header.Get("ETag")
+	chunkedCases := openAPIChunkedCases(t, e)
 
 	cases := []req{
 		{Method: "POST", Path: "/api/etl/jobs", Principal: "alice", Key: "key-openapi-00000004", Body: sampleBody},
@@ -132,6 +133,7 @@ func TestOpenAPIContract(t *testing.T) {
 		{Method: "GET", Path: "/readyz"},
 		{Method: "GET", Path: "/metrics"},
 	}
+	cases = append(cases, chunkedCases...)
 	seen := map[string]bool{}
 	for _, r := range cases {
 		hr := e.request(r)

@@ -176,6 +176,8 @@ func NewHandler(opts Options) (http.Handler, error) {
 	allow("/api/etl/jobs/{id}/cancellation", "POST")
 	post("POST /api/etl/jobs/{id}/replays", a.replay)
 	allow("/api/etl/jobs/{id}/replays", "POST")
+	route("GET /api/etl/jobs/{id}/bad-records", a.badRecords)
+	allow("/api/etl/jobs/{id}/bad-records", "GET, HEAD")
 	post("POST /api/etl/process", a.process)
 	allow("/api/etl/process", "POST")
 	if opts.DiagnosticJobsEnabled {

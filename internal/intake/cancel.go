@@ -41,6 +41,9 @@ type CancelResult struct {
 // the principal, before any database access).
 func (s *Service) Cancel(ctx context.Context, req CancelRequest) (CancelResult, error) {
 	res, err := s.cancel(ctx, req)
+	if err == nil {
+		res.Job = s.withProgress(ctx, res.Job)
+	}
 	switch {
 	case err == nil && res.Replayed:
 		s.countCancel(metrics.CancellationReplayed)

@@ -20,17 +20,18 @@ func FormatTime(t time.Time) string { return t.UTC().Format(TimeLayout) }
 // JobView is the owner-visible representation of a job, the status object of
 // the contract. It never holds a payload, principal, key, hash or lease id.
 // The three replay fields are set only for a replay job (zero otherwise, and
-// then omitted from JSON); JobView stays comparable with ==.
+// then omitted from JSON); Progress only for a chunked job (issue 32).
 type JobView struct {
-	JobRecordID             string  `json:"jobRecordId"`
-	JobStatus               string  `json:"jobStatus"`
-	AttemptCount            int     `json:"attemptCount"`
-	FailureCode             *string `json:"failureCode,omitempty"`
-	CreatedAt               string  `json:"createdAt"`
-	UpdatedAt               string  `json:"updatedAt"`
-	ReplaySourceJobRecordID string  `json:"replaySourceJobRecordId,omitempty"`
-	ReplayRootJobRecordID   string  `json:"replayRootJobRecordId,omitempty"`
-	ReplayGenerationCount   int     `json:"replayGenerationCount,omitempty"`
+	JobRecordID             string        `json:"jobRecordId"`
+	JobStatus               string        `json:"jobStatus"`
+	AttemptCount            int           `json:"attemptCount"`
+	FailureCode             *string       `json:"failureCode,omitempty"`
+	CreatedAt               string        `json:"createdAt"`
+	UpdatedAt               string        `json:"updatedAt"`
+	ReplaySourceJobRecordID string        `json:"replaySourceJobRecordId,omitempty"`
+	ReplayRootJobRecordID   string        `json:"replayRootJobRecordId,omitempty"`
+	ReplayGenerationCount   int           `json:"replayGenerationCount,omitempty"`
+	Progress                *ProgressView `json:"progress,omitempty"`
 }
 
 // NewJobView builds the representation of j.
@@ -47,6 +48,9 @@ func NewJobView(j pg.Job) JobView {
 		v.ReplaySourceJobRecordID = l.SourceJobID.String()
 		v.ReplayRootJobRecordID = l.RootJobID.String()
 		v.ReplayGenerationCount = l.Generation
+	}
+	if j.Progress != nil {
+		v.Progress = newProgressView(*j.Progress)
 	}
 	return v
 }
@@ -65,8 +69,10 @@ func (v JobView) Active() bool {
 // (replaySourceJobRecordId, replayRootJobRecordId, replayGenerationCount);
 // a job without lineage appends nothing, so its tag is exactly the
 // contract's. Lineage never changes after insert, so the two forms never
-// describe the same job. Every replica computes the same tag for the same
-// state.
+// describe the same job. A job with Progress (a chunked job) then appends
+// the field "progress" and its seven fields (ProgressView.fields), so a poll
+// with If-None-Match sees every new checkpoint. Every replica computes the
+// same tag for the same state.
 func (v JobView) ETag() string {
 	var b strings.Builder
 	field := func(s string) {
@@ -89,6 +95,16 @@ func (v JobView) ETag() string {
 		field(v.ReplaySourceJobRecordID)
 		field(v.ReplayRootJobRecordID)
 		field(strconv.Itoa(v.ReplayGenerationCount))
+	}
+	if v.Progress != nil {
+		field("progress")
+		for _, f := range v.Progress.fields() {
+			if f == nil {
+				b.WriteString("N;")
+			} else {
+				field(*f)
+			}
+		}
 	}
 	sum := sha256.Sum256([]byte(b.String()))
 	return `W/"` + hex.EncodeToString(sum[:]) + `"`
