@@ -2,6 +2,7 @@ package pg_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -375,4 +376,55 @@ func TestMaintenanceRolePrunesChunkedJobsAndReadsNoPayload(t *testing.T) {
 		"truncate the target":        `TRUNCATE processed_data`,
 		"truncate the upload chunks": `TRUNCATE etl_upload_chunks`,
 	})
+}
+
+// The way back below schema 24 as docs/operations/upgrades.md gives it:
+// 00024's down refuses while a large job exists and changes nothing; after
+// the large jobs are cancelled and deleted and their leftovers pruned, the
+// down to 22 runs, and no target row a load had hidden becomes a visible
+// row of processed_data.
+func TestTheWayBackBelowSchema24(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	f := chunkedRetentionFixture{t: t, pool: pool}
+	running, succeeded := f.job(pg.StatusRunning), f.job(pg.StatusSucceeded)
+	f.load(running, "LOADING", 3, 1)
+	f.queued(running)
+	f.upload("SUBMITTED", &running, "1 hour", 2, 0)
+	f.load(succeeded, "VISIBLE", 2, 1)
+	f.upload("OPEN", nil, "1 hour", 1, 1) // an upload in progress
+	small := pgtest.InsertJobs(t, pool, pg.NewJob{})[0]
+	f.exec(`INSERT INTO processed_data (job_record_id, data, normalized_record) VALUES ($1, 'small', '{}')`, small)
+
+	if err := pg.MigrateTo(ctx, pool, 22); err == nil || !strings.Contains(err.Error(), "chunked jobs exist") {
+		t.Fatalf("the down below 24 while large jobs exist: %v, want the guard's refusal", err)
+	}
+	if applied, _, err := pg.SchemaVersion(ctx, pool); err != nil || applied != 24 {
+		t.Fatalf("after the refused down: schema %d %v, want 24", applied, err)
+	}
+	// 2. cancel the running one (as the cancel statement does: no payload,
+	// no lease); 3. delete the large jobs; 4. prune.
+	f.exec(`UPDATE etl_job_records SET job_status = 'CANCELLED', request_payload = NULL, lease_claim_id = NULL,
+		lease_owner_id = NULL, lease_expires_at = NULL, lease_fencing_token = NULL,
+		cancellation_key_hash = repeat('c', 64), cancellation_code = 'etl_job_cancelled_by_owner', job_cancelled_at = clock_timestamp()
+		WHERE job_record_id = $1`, running)
+	f.exec(`DELETE FROM etl_job_records WHERE job_kind = 'etl_chunked'`)
+	for _, kind := range pg.ChunkedPruneKinds {
+		if _, err := pg.PruneChunked(ctx, pool, kind, 1000); err != nil {
+			t.Fatalf("prune %s: %v", kind, err)
+		}
+	}
+	if got := f.count(`SELECT count(*) FROM etl_chunked_loads WHERE load_state <> 'VISIBLE'`); got != 0 {
+		t.Fatalf("%d hidden loads left after prune", got)
+	}
+	if err := pg.MigrateTo(ctx, pool, 22); err != nil {
+		t.Fatalf("the down to 22 after the clean-up: %v", err)
+	}
+	// The succeeded job's 2 rows and the small job's 1: none of the
+	// cancelled load's 3.
+	if got := f.count(`SELECT count(*) FROM processed_data`); got != 3 ||
+		f.count(`SELECT count(*) FROM processed_data WHERE job_record_id = $1`, running) != 0 {
+		t.Fatalf("%d target rows on schema 22, want 3 and none of the cancelled load", got)
+	}
 }
