@@ -175,6 +175,7 @@ func NewIntake(cfg config.Intake, pools IntakePools, o IntakeOptions) (in *Intak
 		MaxBatchRecords:  cfg.MaxBatchRecords,
 		MaxAttempts:      cfg.MaxAttempts,
 		Metrics:          m,
+		Uploads:          cfg.Uploads.Options(),
 	})
 	if err != nil {
 		return nil, err

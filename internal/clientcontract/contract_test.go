@@ -26,6 +26,11 @@ var operationMethods = map[string]string{
 	"replayJob":           "Replay",
 	"processSync":         "Process",
 	"submitDiagnosticJob": "SubmitDiagnostic",
+	"createUpload":        "CreateUpload",
+	"getUpload":           "GetUpload",
+	"putUploadPart":       "PutUploadPart",
+	"submitUpload":        "SubmitUpload",
+	"deleteUpload":        "DeleteUpload",
 }
 
 // declaredCodes returns the string values of the ErrorCode constants

@@ -67,6 +67,65 @@ type Intake struct {
 	OperatorPrincipals    []string      // MIGHTYETL_OPERATOR_PRINCIPALS: comma-separated operator principals
 	JWTOperatorClaim      string        // MIGHTYETL_JWT_OPERATOR_CLAIM: claim naming operators (jwt mode), with JWTOperatorValue
 	JWTOperatorValue      string        // MIGHTYETL_JWT_OPERATOR_VALUE: value of JWTOperatorClaim that makes an operator
+	Uploads               Uploads       // MIGHTYETL_UPLOAD_*: large-job upload limits
+}
+
+// Bounds of the upload settings (their defaults are intake's
+// DefaultUpload* constants).
+const (
+	// MaxUploadBytesCeiling is the highest MIGHTYETL_UPLOAD_MAX_BYTES and
+	// MIGHTYETL_UPLOAD_OWNER_MAX_STAGED_BYTES: 4 TiB.
+	MaxUploadBytesCeiling = 4 << 40
+	// MinUploadPartBytes is the lowest MIGHTYETL_UPLOAD_MAX_PART_BYTES (and
+	// MIGHTYETL_UPLOAD_MAX_BYTES): 1 MiB.
+	MinUploadPartBytes = 1 << 20
+	// MaxUploadPartBytesCeiling is the highest
+	// MIGHTYETL_UPLOAD_MAX_PART_BYTES: 1 GiB (a part is streamed, never held;
+	// the ceiling bounds one request's duration).
+	MaxUploadPartBytesCeiling = 1 << 30
+	// MaxUploadRecordsCeiling is the highest MIGHTYETL_UPLOAD_MAX_RECORDS.
+	MaxUploadRecordsCeiling = 100_000_000_000
+)
+
+// Uploads are the large-job upload limits of the intake.
+type Uploads struct {
+	MaxBytes            int           // MIGHTYETL_UPLOAD_MAX_BYTES, default 10 GiB (1 MiB..4 TiB): one upload's payload
+	MaxRecords          int           // MIGHTYETL_UPLOAD_MAX_RECORDS, default 100,000,000 (1..100,000,000,000): one upload's records
+	MaxPartBytes        int           // MIGHTYETL_UPLOAD_MAX_PART_BYTES, default 64 MiB (1 MiB..1 GiB, ≤ MaxBytes): one part
+	OwnerMaxStagedBytes int           // MIGHTYETL_UPLOAD_OWNER_MAX_STAGED_BYTES, default 20 GiB (1 MiB..4 TiB, ≥ MaxPartBytes): one owner's OPEN uploads
+	Expiry              time.Duration // MIGHTYETL_UPLOAD_EXPIRY, default 24h (1m..720h): an OPEN upload's life after its creation or last part
+}
+
+// RegisterUploads registers the upload settings on l into dst.
+func RegisterUploads(l *Loader, dst *Uploads) {
+	l.Int(&dst.MaxBytes, "MIGHTYETL_UPLOAD_MAX_BYTES", "upload-max-bytes", intake.DefaultUploadMaxBytes, MinUploadPartBytes, MaxUploadBytesCeiling,
+		"bytes of one large-job upload's payload (413 etl_upload_too_large beyond)")
+	l.Int(&dst.MaxRecords, "MIGHTYETL_UPLOAD_MAX_RECORDS", "upload-max-records", intake.DefaultUploadMaxRecords, 1, MaxUploadRecordsCeiling,
+		"records of one large-job upload (413 etl_upload_too_large beyond)")
+	l.Int(&dst.MaxPartBytes, "MIGHTYETL_UPLOAD_MAX_PART_BYTES", "upload-max-part-bytes", intake.DefaultUploadMaxPartBytes, MinUploadPartBytes, MaxUploadPartBytesCeiling,
+		"bytes of one upload part, as sent and decompressed (413 etl_upload_too_large beyond)")
+	l.Int(&dst.OwnerMaxStagedBytes, "MIGHTYETL_UPLOAD_OWNER_MAX_STAGED_BYTES", "upload-owner-max-staged-bytes", intake.DefaultUploadOwnerMaxStagedBytes,
+		MinUploadPartBytes, MaxUploadBytesCeiling, "bytes one owner's open uploads stage (413 etl_upload_owner_quota_exceeded beyond)")
+	l.Duration(&dst.Expiry, "MIGHTYETL_UPLOAD_EXPIRY", "upload-expiry", intake.DefaultUploadExpiry, time.Minute, 720*time.Hour,
+		"life of an open upload after its creation or its last part (then 410 etl_upload_expired, and pruned)")
+}
+
+// Validate checks the cross-setting rules: a part fits the upload, and one
+// owner may stage at least one part.
+func (u Uploads) Validate() error {
+	if u.MaxPartBytes > u.MaxBytes {
+		return fmt.Errorf("MIGHTYETL_UPLOAD_MAX_PART_BYTES: must be at most MIGHTYETL_UPLOAD_MAX_BYTES (%d)", u.MaxBytes)
+	}
+	if u.OwnerMaxStagedBytes < u.MaxPartBytes {
+		return fmt.Errorf("MIGHTYETL_UPLOAD_OWNER_MAX_STAGED_BYTES: must be at least MIGHTYETL_UPLOAD_MAX_PART_BYTES (%d)", u.MaxPartBytes)
+	}
+	return nil
+}
+
+// Options are the intake's UploadOptions of u.
+func (u Uploads) Options() intake.UploadOptions {
+	return intake.UploadOptions{MaxBytes: int64(u.MaxBytes), MaxRecords: int64(u.MaxRecords), MaxPartBytes: int64(u.MaxPartBytes),
+		OwnerMaxStagedBytes: int64(u.OwnerMaxStagedBytes), Expiry: u.Expiry}
 }
 
 // HTTPAddrSetting names the intake's listen address setting as listen
@@ -124,6 +183,7 @@ func RegisterIntake(l *Loader, dst *Intake) {
 	})
 	l.String(&dst.JWTOperatorClaim, "MIGHTYETL_JWT_OPERATOR_CLAIM", "jwt-operator-claim", "", "JWT claim that marks operators (jwt mode), e.g. roles", nil)
 	l.String(&dst.JWTOperatorValue, "MIGHTYETL_JWT_OPERATOR_VALUE", "jwt-operator-value", "", "value of the operator claim that makes an operator, e.g. mightyetl-operator", nil)
+	RegisterUploads(l, &dst.Uploads)
 	RegisterNATS(l, &dst.NATS)
 }
 
@@ -211,6 +271,9 @@ func (c Intake) Validate() error {
 	}
 	if c.PrincipalHashKey != "" && len(c.PrincipalHashKey) < MinPrincipalHashKeyBytes {
 		return fmt.Errorf("MIGHTYETL_PRINCIPAL_HASH_KEY: must be at least %d bytes", MinPrincipalHashKeyBytes)
+	}
+	if err := c.Uploads.Validate(); err != nil {
+		return err
 	}
 	if err := c.NATS.ValidateRequests(c.MaxPayloadBytes); err != nil {
 		return err

@@ -63,6 +63,7 @@ func TestOpenAPIContract(t *testing.T) {
 	var page listResponse
 	e.do(req{Method: "GET", Path: "/api/etl/jobs?limit=1", Principal: "alice"}).json(t, &page)
 	etag := e.do(req{Method: "GET", Path: "/api/etl/jobs/" + s.JobRecordID, Principal: "alice"}).Header.Get("ETag")
+	uploadCases := openAPIUploadCases(t, e)
 	chunkedCases := openAPIChunkedCases(t, e)
 
 	cases := []req{
@@ -134,6 +135,7 @@ func TestOpenAPIContract(t *testing.T) {
 		{Method: "GET", Path: "/metrics"},
 	}
 	cases = append(cases, chunkedCases...)
+	cases = append(cases, uploadCases...)
 	seen := map[string]bool{}
 	for _, r := range cases {
 		hr := e.request(r)

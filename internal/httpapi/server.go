@@ -176,6 +176,7 @@ func NewHandler(opts Options) (http.Handler, error) {
 	allow("/api/etl/jobs/{id}/cancellation", "POST")
 	post("POST /api/etl/jobs/{id}/replays", a.replay)
 	allow("/api/etl/jobs/{id}/replays", "POST")
+	a.registerUploads(route, post, allow)
 	route("GET /api/etl/jobs/{id}/bad-records", a.badRecords)
 	allow("/api/etl/jobs/{id}/bad-records", "GET, HEAD")
 	post("POST /api/etl/process", a.process)

@@ -77,6 +77,9 @@ type Options struct {
 	FlushTimeout time.Duration
 	// Metrics, when not nil, counts submissions, cancellations and batch sizes.
 	Metrics *metrics.Intake
+	// Uploads bound large-job uploads (MIGHTYETL_UPLOAD_*); zero fields
+	// take their defaults.
+	Uploads UploadOptions
 }
 
 // WithDefaults returns o with every zero field that has a default set to
@@ -91,6 +94,7 @@ func (o Options) WithDefaults() Options {
 	o.GroupCommitMaxBytes = cmp.Or(max(o.GroupCommitMaxBytes, 0), DefaultGroupCommitMaxBytes)
 	o.GroupCommitMaxInFlight = cmp.Or(max(o.GroupCommitMaxInFlight, 0), DefaultGroupCommitMaxInFlight)
 	o.FlushTimeout = cmp.Or(max(o.FlushTimeout, 0), DefaultFlushTimeout)
+	o.Uploads = o.Uploads.WithDefaults()
 	return o
 }
 
@@ -103,6 +107,7 @@ type Service struct {
 	maxRecords  int
 	maxAttempts int
 	metrics     *metrics.Intake
+	uploads     UploadOptions
 	batcher     *batcher
 	// notify wakes the outbox relays after a commit that wrote an outbox
 	// group row (submit, replay), unless outboxWake is set.
@@ -192,6 +197,9 @@ func New(opts Options) (*Service, error) {
 	if opts.MaxBatchRecords < 1 {
 		return nil, fmt.Errorf("new intake service: max batch records %d below 1", opts.MaxBatchRecords)
 	}
+	if err := opts.Uploads.validate(); err != nil {
+		return nil, fmt.Errorf("new intake service: %w", err)
+	}
 	s := &Service{
 		db:          opts.DB,
 		hashKey:     append([]byte(nil), opts.PrincipalHashKey...),
@@ -199,6 +207,7 @@ func New(opts Options) (*Service, error) {
 		maxRecords:  opts.MaxBatchRecords,
 		maxAttempts: opts.MaxAttempts,
 		metrics:     opts.Metrics,
+		uploads:     opts.Uploads,
 		notify:      pg.NewOutboxNotifier(opts.DB),
 	}
 	s.batcher = &batcher{

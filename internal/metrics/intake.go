@@ -20,6 +20,17 @@ const (
 	CancellationNotFound  = "not_found" // absent, foreign or malformed id
 )
 
+// Upload operations and outcomes (mightyetl_upload_requests_total{operation,outcome}).
+const (
+	UploadOpCreate = "create" // POST /api/etl/uploads
+	UploadOpPart   = "part"   // PUT .../parts/{n}
+	UploadOpSubmit = "submit" // POST .../jobs
+	UploadOpAbort  = "abort"  // DELETE the upload
+	UploadAccepted = "accepted"
+	UploadReplayed = "replayed" // a submit answered with the job an earlier one made
+	UploadRejected = "rejected"
+)
+
 // SubmissionRejectionCodes are the label values of
 // mightyetl_submission_rejections_total{code}: every problem code a
 // submission (intake.Submit, over HTTP or NATS) is rejected with: the
@@ -58,6 +69,8 @@ type Intake struct {
 	// stable problem code, a finite set (contract.md); every code of
 	// SubmissionRejectionCodes has a series from the start.
 	Rejections *prometheus.CounterVec
+	// Uploads counts large-job upload requests by operation and outcome.
+	Uploads *prometheus.CounterVec
 }
 
 // NewIntake creates the intake collectors and registers them on reg.
@@ -89,6 +102,10 @@ func NewIntake(reg prometheus.Registerer) *Intake {
 			Name: "mightyetl_submission_rejections_total",
 			Help: "Rejected job submissions (HTTP and NATS) by problem code.",
 		}, []string{"code"}),
+		Uploads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mightyetl_upload_requests_total",
+			Help: "Large-job upload requests by operation (create, part, submit, abort) and outcome (accepted, replayed, rejected).",
+		}, []string{"operation", "outcome"}),
 	}
 	for _, o := range []string{SubmissionAccepted, SubmissionReplayed, SubmissionRejected} {
 		m.Submissions.WithLabelValues(o)
@@ -99,6 +116,13 @@ func NewIntake(reg prometheus.Registerer) *Intake {
 	for _, c := range SubmissionRejectionCodes {
 		m.Rejections.WithLabelValues(c)
 	}
-	reg.MustRegister(m.Submissions, m.Cancellations, m.RequestDuration, m.SubmitBatchSize, m.HandlerPanics, m.Rejections)
+	for _, op := range []string{UploadOpCreate, UploadOpPart, UploadOpSubmit, UploadOpAbort} {
+		for _, o := range []string{UploadAccepted, UploadReplayed, UploadRejected} {
+			if o != UploadReplayed || op == UploadOpSubmit {
+				m.Uploads.WithLabelValues(op, o)
+			}
+		}
+	}
+	reg.MustRegister(m.Submissions, m.Cancellations, m.RequestDuration, m.SubmitBatchSize, m.HandlerPanics, m.Rejections, m.Uploads)
 	return m
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -14,6 +15,10 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/mightyetl/mightyetl/internal/tracing"
 )
+
+// ErrReplaySourceNotFound: SubmitUpload's replay source is absent or
+// another owner's (ErrNotFound stays the upload's).
+var ErrReplaySourceNotFound = errors.New("replay source not found")
 
 // SubmitUploadParams is one job to make from an upload.
 type SubmitUploadParams struct {
@@ -133,7 +138,7 @@ type partAttempt struct {
 //     expired: ErrUploadExpired;
 //   - parts not 1..N: ErrUploadIncomplete; bytes beyond MaxUploadBytes:
 //     ErrUploadTooLarge;
-//   - with ReplayOf, the source checks of ReplayJob (ErrNotFound,
+//   - with ReplayOf, the source checks of ReplayJob (ErrReplaySourceNotFound,
 //     ErrReplaySourceActive, ErrReplaySourceSucceeded,
 //     ErrReplayPayloadMismatch also when the source is not a chunked job,
 //     ErrReplayGenerationExhausted);
@@ -346,7 +351,7 @@ func checkReplaySource(row pgx.Row, digest string) (Lineage, int, error) {
 	)
 	err := row.Scan(&kind, &status, &maxAttempts, &sourceDigest, &root, &generation)
 	if IsNoRows(err) {
-		return Lineage{}, 0, ErrNotFound
+		return Lineage{}, 0, ErrReplaySourceNotFound
 	}
 	if err != nil {
 		return Lineage{}, 0, fmt.Errorf("read replay source: %w", err)
