@@ -75,6 +75,10 @@ const (
 	// CodeInvalidUploadPart: the part number is out of range, the
 	// X-Part-SHA256 header is malformed or the gzip body is broken.
 	CodeInvalidUploadPart ErrorCode = "etl_invalid_upload_part"
+	// CodeUploadObjectNotFound: a NATS request's Object Store object (or
+	// its bucket) does not exist, or is not in the principal's own bucket
+	// (a rejection, never an HTTP problem).
+	CodeUploadObjectNotFound ErrorCode = "etl_upload_object_not_found"
 )
 
 // Error is a problem answered by the service. Over HTTP it is the RFC 9457

@@ -20,7 +20,8 @@ package codes
 const (
 	// InvalidJSON: the body is absent, not UTF-8, not well-formed JSON, not
 	// an array, nests deeper than the limit, has trailing data, or some
-	// object repeats a member name.
+	// object repeats a member name; also a NATS object request that is not
+	// a well-formed Object Store reference (events.ParseObjectRequest).
 	InvalidJSON = "etl_invalid_json"
 	// InvalidRecord: an array element is not an object, or a record's id, a
 	// field name or an AMOUNT value is invalid.
@@ -147,6 +148,10 @@ const (
 	// RequestDeliveriesExhausted: the request failed internally on every
 	// allowed delivery.
 	RequestDeliveriesExhausted = "etl_request_deliveries_exhausted"
+	// UploadObjectNotFound: the request references a JetStream Object Store
+	// object that does not exist (nor its bucket), was deleted, or is not in
+	// the principal's own bucket.
+	UploadObjectNotFound = "etl_upload_object_not_found"
 )
 
 // Failure codes of FAILED jobs (failure_code), besides TargetUnavailable
@@ -190,4 +195,5 @@ var Problems = []string{
 
 // Rejections lists the codes only the NATS request consumer decides (a
 // rejection or reply besides the use cases' problem codes).
-var Rejections = []string{PrincipalRequired, ReplySubjectForbidden, MsgIDForbidden, RequestDeliveriesExhausted}
+var Rejections = []string{PrincipalRequired, ReplySubjectForbidden, MsgIDForbidden, RequestDeliveriesExhausted,
+	UploadObjectNotFound}
