@@ -251,11 +251,19 @@ func pruneChunked(ctx context.Context, exec execFunc, kind PruneKind, limit int)
 		if s.maxBatch > 0 {
 			batch = min(batch, s.maxBatch)
 		}
+		deadlocks := 0
 		for {
 			if err := ctx.Err(); err != nil {
 				return total, fmt.Errorf("%s: %w", s.what, err)
 			}
 			tag, err := exec(ctx, s.sql, batch)
+			if lockFailure(err) == "40P01" && deadlocks < maxPruneRaceRetries {
+				// Another deleter of the same rows (the worker's clean-up
+				// of a load, another pruner) locked them in another order;
+				// this batch was rolled back whole: run it again.
+				deadlocks++
+				continue
+			}
 			if err != nil {
 				return total, fmt.Errorf("%s: %w", s.what, err)
 			}
