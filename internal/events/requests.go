@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mightyetl/mightyetl/client/backoff"
 	"github.com/mightyetl/mightyetl/internal/codes"
@@ -574,10 +575,22 @@ func (c *RequestConsumer) awaitGate(ctx context.Context) (<-chan struct{}, bool)
 // rejection for a problem, Nak with a growing delay for an internal failure,
 // Term plus rejection once a message has had MaxDeliveries deliveries. The
 // handler's context outlives Stop (bounded by HandlerTimeout) so a commit in
-// progress is not torn down half-way.
+// progress is not torn down half-way; a long request's (LongRequests) ends
+// at Stop instead, and the message comes back to converge on its job.
 func (c *RequestConsumer) handle(ctx context.Context, msg jetstream.Msg) {
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.HandlerTimeout)
-	defer cancel()
+	// A long request (LongRequests) runs as long as it makes progress and
+	// the consumer runs (lctx); HandlerTimeout then bounds its settlement,
+	// from the moment the handler returned.
+	long := false
+	if lr, ok := c.h.(LongRequests); ok {
+		long = lr.IsLongRequest(msg.Data())
+	}
+	hctx := context.WithoutCancel(ctx)
+	if !long {
+		var cancel context.CancelFunc
+		hctx, cancel = context.WithTimeout(hctx, c.opts.HandlerTimeout)
+		defer cancel()
+	}
 	var (
 		reply []byte
 		code  string
@@ -614,7 +627,16 @@ func (c *RequestConsumer) handle(ctx context.Context, msg jetstream.Msg) {
 		// first decided whether this message was stored.
 		code = codes.MsgIDForbidden
 	default:
-		reply, code, err = c.h.HandleRequest(hctx, principal, key, msg.Data())
+		if long {
+			lctx, stop := longContext(trace.ContextWithSpan(ctx, span), msg, c.opts.AckWait/3, c.opts.HandlerTimeout)
+			reply, code, err = c.h.HandleRequest(lctx, principal, key, msg.Data())
+			stop()
+			sctx, scancel := context.WithTimeout(hctx, c.opts.HandlerTimeout)
+			defer scancel()
+			hctx = sctx
+		} else {
+			reply, code, err = c.h.HandleRequest(hctx, principal, key, msg.Data())
+		}
 		if err != nil && delivered >= uint64(c.opts.MaxDeliveries) {
 			reply, code, err = nil, codes.RequestDeliveriesExhausted, nil
 		}
