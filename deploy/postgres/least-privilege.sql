@@ -209,6 +209,22 @@ GRANT INSERT ON TABLE processed_data, etl_outbox_events
 GRANT SELECT, DELETE, UPDATE (claimable_at) ON TABLE etl_job_claim_queue TO mightyetl_worker_role;
 GRANT USAGE ON SEQUENCE etl_lease_fencing_token_sequence, processed_data_processed_data_id_seq
     TO mightyetl_worker_role;
+-- Large (chunked) jobs (migration 00023, internal/lease/chunked.go,
+-- internal/chunked): the worker claims from the chunked queue (FOR UPDATE
+-- SKIP LOCKED needs UPDATE on one of its columns: enqueued_at only orders
+-- a hint), reads the payload's parts and chunks, writes the checkpoint and
+-- visibility of a load (never its upload, format or limits), inserts the
+-- skipped records' numbers, and after a terminal commit deletes the job's
+-- chunks and, of a DISCARDED load, its target rows in batches (by ctid,
+-- which needs SELECT on the tables).
+GRANT SELECT, DELETE, UPDATE (enqueued_at) ON TABLE etl_chunked_job_queue TO mightyetl_worker_role;
+GRANT SELECT, UPDATE (load_state, records_total, chunks_done, records_loaded, bad_records, next_part_number,
+                      next_part_offset, next_record_number, failed_record_number, checkpoint_at, updated_at)
+    ON TABLE etl_chunked_loads TO mightyetl_worker_role;
+GRANT INSERT ON TABLE etl_chunked_load_bad_records TO mightyetl_worker_role;
+GRANT SELECT ON TABLE etl_upload_parts TO mightyetl_worker_role;
+GRANT SELECT, DELETE ON TABLE etl_upload_chunks TO mightyetl_worker_role;
+GRANT SELECT, DELETE ON TABLE processed_data TO mightyetl_worker_role;
 
 ------------------------------------------------------------------------------
 -- Intake: submit (insert job + claim-queue row + outbox row), status, list,
@@ -270,6 +286,29 @@ GRANT INSERT ON TABLE etl_outbox_events TO mightyetl_intake_role;
 GRANT INSERT ON TABLE etl_job_claim_queue TO mightyetl_intake_role;
 GRANT INSERT ON TABLE processed_data TO mightyetl_intake_role;
 GRANT USAGE ON SEQUENCE processed_data_processed_data_id_seq TO mightyetl_intake_role;
+-- Large-job uploads (migration 00023, internal/pg/uploads.go): the intake
+-- creates, reads, deletes (abort) and stages uploads (state, staged bytes,
+-- expiry, the job it made: FOR UPDATE of the owner's uploads needs these
+-- UPDATE grants anyway), writes parts (ON CONFLICT DO UPDATE replaces an
+-- attempt) and their chunks (COPY), reads them back to verify a
+-- submission, and deletes an aborted upload's or a replaced attempt's
+-- chunks. A submission inserts the chunked job's queue and load rows (the
+-- load's identity and limits only: its checkpoint and visibility are the
+-- worker's). Progress and bad records are read for the job representation.
+GRANT SELECT, DELETE, INSERT (upload_id, principal_scope_hash, upload_format, expires_at),
+      UPDATE (upload_state, staged_bytes, job_record_id, updated_at, expires_at)
+    ON TABLE etl_uploads TO mightyetl_intake_role;
+GRANT SELECT, DELETE, INSERT (upload_id, part_number, part_attempt_id, part_bytes, part_sha256, chunk_count),
+      UPDATE (part_attempt_id, part_bytes, part_sha256, chunk_count, committed_at)
+    ON TABLE etl_upload_parts TO mightyetl_intake_role;
+GRANT SELECT, INSERT, DELETE ON TABLE etl_upload_chunks TO mightyetl_intake_role;
+GRANT INSERT ON TABLE etl_chunked_job_queue TO mightyetl_intake_role;
+GRANT SELECT, INSERT (job_record_id, upload_id, load_format, max_bad_records, payload_bytes, records_total)
+    ON TABLE etl_chunked_loads TO mightyetl_intake_role;
+GRANT SELECT ON TABLE etl_chunked_load_bad_records TO mightyetl_intake_role;
+-- processed_data_visible, what readers of loaded data read, is granted to
+-- no application role, as processed_data's data is not: a reader role of
+-- the deployment gets SELECT on the view (not the table) from its owner.
 
 ------------------------------------------------------------------------------
 -- Outbox relay (internal/outbox): read, lock and delete outbox rows; nothing
