@@ -31,6 +31,7 @@ var operationMethods = map[string]string{
 	"putUploadPart":       "PutUploadPart",
 	"submitUpload":        "SubmitUpload",
 	"deleteUpload":        "DeleteUpload",
+	"listBadRecords":      "BadRecords",
 }
 
 // declaredCodes returns the string values of the ErrorCode constants
