@@ -100,6 +100,8 @@ func startStack(t *testing.T) *stack {
 		"MIGHTYETL_LEASE_DURATION":          "3s",
 		"MIGHTYETL_MAX_ATTEMPTS":            "1",
 		"MIGHTYETL_SHUTDOWN_GRACE_PERIOD":   "2s",
+		// No retention here: it would remove the fixtures' terminal loads.
+		"MIGHTYETL_MAINTENANCE_ENABLED": "false",
 	}
 	getenv := func(k string) string { return env[k] }
 	ctx := context.Background()
@@ -208,6 +210,74 @@ func labelIs(m *dto.Metric, name, value string) bool {
 	return false
 }
 
+// openBrowser starts headless chromium (a fresh profile) that sends
+// authorization on every request and records every URL it requests
+// (requested returns a copy). It stops at the end of t.
+func openBrowser(t *testing.T, chrome, authorization string) (ctx context.Context, requested func() []string) {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chrome),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true), chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.WindowSize(1280, 900),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(cancelBrowser)
+	var mu sync.Mutex
+	var urls []string
+	if err := chromedp.Listen(bctx, func(ev any) {
+		if e, ok := ev.(*network.EventRequestWillBeSent); ok && e.Request != nil {
+			mu.Lock()
+			urls = append(urls, e.Request.URL)
+			mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	if _, err := chromedp.Call(bctx, network.Enable, network.EnableParams{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(bctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{
+		Headers: network.Headers{"Authorization": authorization}}); err != nil {
+		t.Fatal(err)
+	}
+	return bctx, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(urls)
+	}
+}
+
+// browserDo runs actions within a minute; on failure it fails t with the
+// page's address and text.
+func browserDo(t *testing.T, bctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		dctx, dcancel := context.WithTimeout(bctx, 10*time.Second)
+		defer dcancel()
+		page, _ := chromedp.Run(dctx, chromedp.Evaluate[string](`location.href + "\n" + document.body.innerText`))
+		t.Fatalf("%s: %v; page:\n%s", what, err, page)
+	}
+}
+
+// browserGet runs a within a minute and returns its value.
+func browserGet[T any](t *testing.T, bctx context.Context, what string, a chromedp.Action[T]) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return v
+}
+
 // TestConsoleInBrowser drives the console in headless chromium against a
 // real intake, worker and PostgreSQL. With MIGHTYETL_CONSOLE_SCREENSHOTS=1
 // it also writes each page's screenshot to docs/console/.
@@ -251,56 +321,14 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 
 	// The browser: fresh profile, every request recorded.
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chrome),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true), chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.WindowSize(1280, 900),
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	var mu sync.Mutex
-	var requested []string
-	if err := chromedp.Listen(bctx, func(ev any) {
-		if e, ok := ev.(*network.EventRequestWillBeSent); ok && e.Request != nil {
-			mu.Lock()
-			requested = append(requested, e.Request.URL)
-			mu.Unlock()
-		}
-	}); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	if _, err := chromedp.Call(bctx, network.Enable, network.EnableParams{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := chromedp.Call(bctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{
-		Headers: network.Headers{"Authorization": s.basic("operator")}}); err != nil {
-		t.Fatal(err)
-	}
+	bctx, requested := openBrowser(t, chrome, s.basic("operator"))
 	step := func(what string, actions ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
-		defer cancel()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			dctx, dcancel := context.WithTimeout(bctx, 10*time.Second)
-			defer dcancel()
-			page, _ := chromedp.Run(dctx, chromedp.Evaluate[string](`location.href + "\n" + document.body.innerText`))
-			t.Fatalf("%s: %v; page:\n%s", what, err, page)
-		}
+		browserDo(t, bctx, what, actions...)
 	}
 	get := func(what string, a chromedp.Action[string]) string {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
-		defer cancel()
-		v, err := chromedp.Run(ctx, a)
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		return v
+		return browserGet(t, bctx, what, a)
 	}
 	count := func(sel string) int {
 		t.Helper()
@@ -577,12 +605,10 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 
 	// Nothing outside the console's origin was requested.
-	mu.Lock()
-	defer mu.Unlock()
-	if len(requested) < 8 {
-		t.Fatalf("only %d requests recorded", len(requested))
+	if len(requested()) < 8 {
+		t.Fatalf("only %d requests recorded", len(requested()))
 	}
-	for _, u := range requested {
+	for _, u := range requested() {
 		if !strings.HasPrefix(u, s.base+"/") && !strings.HasPrefix(u, "data:") && u != "about:blank" {
 			t.Fatalf("request outside the console's origin: %s", u)
 		}

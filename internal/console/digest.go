@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 
 	"github.com/google/uuid"
 	"github.com/mightyetl/mightyetl/internal/pg"
@@ -45,10 +46,14 @@ type JobDetail struct {
 	pg.OpsDetail
 	// PayloadDigestTag is PayloadDigestTag of the stored request digest.
 	PayloadDigestTag string
+	// Progress is the load of a chunked job (pg.OpsJobProgress), nil for
+	// any other kind and once the load's row is gone.
+	Progress *pg.OpsProgress
 }
 
-// Detail reads one job; pg.ErrNotFound when absent. The stored payload
-// digest is returned only as its keyed tag (JobDetail).
+// Detail reads one job (and a chunked job's load); pg.ErrNotFound when
+// absent. The stored payload digest is returned only as its keyed tag
+// (JobDetail).
 func (c *Console) Detail(ctx context.Context, id uuid.UUID) (JobDetail, error) {
 	d, err := pg.OpsJobDetail(ctx, c.opts.DB, id)
 	if err != nil {
@@ -56,5 +61,15 @@ func (c *Console) Detail(ctx context.Context, id uuid.UUID) (JobDetail, error) {
 	}
 	tag := PayloadDigestTag(c.digestKey, d.RequestDigest)
 	d.RequestDigest = nil
-	return JobDetail{OpsDetail: d, PayloadDigestTag: tag}, nil
+	out := JobDetail{OpsDetail: d, PayloadDigestTag: tag}
+	if d.Kind == pg.KindETLChunked {
+		p, err := pg.OpsJobProgress(ctx, c.opts.DB, id)
+		switch {
+		case err == nil:
+			out.Progress = &p
+		case !errors.Is(err, pg.ErrNotFound):
+			return JobDetail{}, err
+		}
+	}
+	return out, nil
 }

@@ -62,6 +62,8 @@ var funcs = template.FuncMap{
 	// its creation time, so jobs created within about 65 s of each other
 	// share their first 8; the random tail tells them apart.
 	"short": func(id uuid.UUID) string { s := id.String(); return "…" + s[len(s)-8:] },
+	"group": group,
+	"bytes": bytesText,
 	"lower": strings.ToLower,
 	// breakable lets a narrow column wrap a code after its underscores.
 	"breakable": func(s string) template.HTML {
@@ -258,17 +260,23 @@ func (h *pageHandler) job(w http.ResponseWriter, r *http.Request) {
 		h.dbError(w, r, err)
 		return
 	}
-	h.render(w, r, http.StatusOK, "job", "Job "+id.String(), jobView{JobDetail: d, ReplayEnabled: h.c.ReplayEnabled(),
-		ReplayKey: ReplayKey(), MaxPayloadBytes: h.c.opts.MaxPayloadBytes})
+	v := jobView{JobDetail: d, ReplayEnabled: h.c.ReplayEnabled(), ReplayKey: ReplayKey(), MaxPayloadBytes: h.c.opts.MaxPayloadBytes}
+	if d.Progress != nil {
+		pv := newProgressView(*d.Progress, d.Status, parseSeen(r.URL.Query().Get(seenParam)))
+		v.LoadProgress = &pv
+	}
+	h.render(w, r, http.StatusOK, "job", "Job "+id.String(), v)
 }
 
 // jobView is the detail page: the job and, for a FAILED or CANCELLED job,
-// the replay form's key (drawn per rendering; see ReplayKey).
+// the replay form's key (drawn per rendering; see ReplayKey); for a
+// chunked job its load's progress.
 type jobView struct {
 	JobDetail
 	ReplayEnabled   bool
 	ReplayKey       string
 	MaxPayloadBytes int64
+	LoadProgress    *progressView
 }
 
 // RecordsNote is what the page says in place of a record count when there
@@ -278,6 +286,8 @@ type jobView struct {
 // the optional "records" member (or with null).
 func (v jobView) RecordsNote() string {
 	switch {
+	case v.Kind == pg.KindETLChunked:
+		return "see Progress: a large job's payload is stored in chunks, not in the job"
 	case v.Status != pg.StatusPending && v.Status != pg.StatusRunning:
 		return "not kept: a terminal job keeps no payload, only its digest"
 	case v.Kind == pg.KindDiagnostic:

@@ -19,6 +19,8 @@ func TestJobViewTexts(t *testing.T) {
 		{pg.KindETLRecords, pg.StatusSucceeded, "not kept: a terminal job keeps no payload, only its digest"},
 		{pg.KindETLRecords, pg.StatusCancelled, "not kept: a terminal job keeps no payload, only its digest"},
 		{pg.KindETLRecords, pg.StatusRunning, "not known: the payload is not a JSON array of records"},
+		{pg.KindETLChunked, pg.StatusRunning, "see Progress: a large job's payload is stored in chunks, not in the job"},
+		{pg.KindETLChunked, pg.StatusFailed, "see Progress: a large job's payload is stored in chunks, not in the job"},
 	} {
 		if got := view(tc.kind, tc.status).RecordsNote(); got != tc.records {
 			t.Errorf("%s %s: records %q, want %q", tc.kind, tc.status, got, tc.records)

@@ -3,7 +3,8 @@
 // list every 5 seconds from /api/ops/jobs, pausing while the operator
 // interacts (focus in the filters or the table, pointer over the table, tab
 // hidden, or the pause button), (2) counts a lease's expiry down from
-// the database-clock value the page was rendered with, and (3) adds a copy
+// the database-clock value the page was rendered with, (3) refreshes a
+// large job's progress section on its page every 5 seconds, and (4) adds a copy
 // button to every job id ([data-copy]): it writes the full id with
 // navigator.clipboard, or, where that is missing or refused (a page not
 // served from a secure context), shows the id selected in a read-only field
@@ -145,6 +146,33 @@
     };
     note();
     setInterval(tick, 5000);
+  }
+
+  // A large job's progress (job page): the section is rendered again every
+  // 5 seconds from this page's own URL, which is given the observations the
+  // section names (data-seen), so the server's rate is the one between the
+  // last two checkpoints seen. A change of the job's state reloads the
+  // page; a hidden tab skips its turns.
+  var progress = document.getElementById("progress");
+  var jobState = document.getElementById("job-state");
+  if (progress && jobState && progress.dataset.live === "true") {
+    setInterval(function () {
+      var cur = document.getElementById("progress");
+      if (document.hidden || !cur) { return; }
+      fetch(location.pathname + "?seen=" + encodeURIComponent(cur.dataset.seen || ""),
+        { credentials: "same-origin", headers: { "Accept": "text/html" } })
+        .then(function (r) { if (!r.ok) { throw new Error("HTTP " + r.status); } return r.text(); })
+        .then(function (html) {
+          var doc = new DOMParser().parseFromString(html, "text/html");
+          var next = doc.getElementById("progress"), state = doc.getElementById("job-state");
+          if (!next || !state || state.textContent !== jobState.textContent) { location.reload(); return; }
+          cur.replaceWith(document.importNode(next, true));
+        })
+        .catch(function () {
+          var live = document.getElementById("progress-live");
+          if (live) { live.textContent = "Progress refresh failed; retrying."; }
+        });
+    }, 5000);
   }
 
   var countdown = document.getElementById("lease-countdown");
