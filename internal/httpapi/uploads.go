@@ -22,11 +22,12 @@ const uploadsPath = "/api/etl/uploads"
 // partHeader carries a part's SHA-256 (of its decompressed bytes).
 const partHeader = "X-Part-SHA256"
 
-// partIOTimeout is the read and write deadline of one part's request,
-// from when its handler starts: a part of up to 1 GiB arrives over slow
-// links too, and the server's 2-minute timeouts are for the small
-// requests.
-const partIOTimeout = 30 * time.Minute
+// uploadIOTimeout is the read and write deadline of one part's request,
+// and the write deadline of a submission, from when its handler starts: a
+// part of up to 1 GiB arrives over slow links too, a submission reads the
+// whole stored payload back to verify its digest, and the server's 2-minute
+// timeouts are for the small requests.
+const uploadIOTimeout = 30 * time.Minute
 
 // registerUploads registers the upload routes (issue 32): create, read,
 // parts, submit, abort. All are authenticated and owner-scoped like the
@@ -228,8 +229,8 @@ func (a *api) putPart(w http.ResponseWriter, r *http.Request, principal string) 
 	}
 	defer a.budget.give(held)
 	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(partIOTimeout))
-	_ = rc.SetWriteDeadline(time.Now().Add(partIOTimeout))
+	_ = rc.SetReadDeadline(time.Now().Add(uploadIOTimeout))
+	_ = rc.SetWriteDeadline(time.Now().Add(uploadIOTimeout))
 
 	var body io.Reader = &cappedReader{r: r.Body, limit: limit}
 	if gzipped {
@@ -296,6 +297,9 @@ func (a *api) submitUpload(w http.ResponseWriter, r *http.Request, principal str
 			return
 		}
 	}
+	// Verifying the digest reads the whole stored payload (up to
+	// MIGHTYETL_UPLOAD_MAX_BYTES) before the answer.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(uploadIOTimeout))
 	res, err := a.opts.Service.SubmitUpload(r.Context(), intake.SubmitUploadRequest{
 		Principal: principal, IdempotencyKey: key, UploadID: id, SHA256: *in.SHA256,
 		MaxBadRecords: in.MaxBadRecords, ReplayOf: replayOf,
