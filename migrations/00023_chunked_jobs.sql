@@ -169,6 +169,18 @@ SET LOCAL lock_timeout = '1s';
 SET LOCAL statement_timeout = '5s';
 -- +goose StatementEnd
 -- +goose StatementBegin
+DO $guard$
+BEGIN
+    -- Rows a load still hides (a failed or cancelled large job's) would be
+    -- plain processed_data rows once the view and loads are gone: remove
+    -- them first (etlctl prune).
+    IF EXISTS (SELECT 1 FROM etl_chunked_loads WHERE load_state <> 'VISIBLE') THEN
+        RAISE EXCEPTION 'loads not made visible still have rows to remove; run etlctl prune before migrating below 23';
+    END IF;
+END
+$guard$;
+-- +goose StatementEnd
+-- +goose StatementBegin
 DELETE FROM etl_schema_compatibility WHERE schema_version = 23;
 -- +goose StatementEnd
 -- +goose StatementBegin
