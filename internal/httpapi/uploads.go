@@ -40,8 +40,8 @@ func (a *api) registerUploads(route func(string, apiHandler), post func(string, 
 	route("GET "+uploadsPath+"/{id}", a.getUpload)
 	route("DELETE "+uploadsPath+"/{id}", gate(a.abortUpload))
 	allow(uploadsPath+"/{id}", "GET, HEAD, DELETE")
-	route("PUT "+uploadsPath+"/{id}/parts/{part}", gate(a.putPart))
-	allow(uploadsPath+"/{id}/parts/{part}", "PUT")
+	route("PUT "+uploadsPath+"/{id}/parts/{partNumber}", gate(a.putPart))
+	allow(uploadsPath+"/{id}/parts/{partNumber}", "PUT")
 	post("POST "+uploadsPath+"/{id}/jobs", a.submitUpload)
 	allow(uploadsPath+"/{id}/jobs", "POST")
 }
@@ -181,7 +181,7 @@ func (c *cappedReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// putPart serves PUT /api/etl/uploads/{id}/parts/{part}: upload id (404),
+// putPart serves PUT /api/etl/uploads/{id}/parts/{partNumber}: upload id (404),
 // part number and X-Part-SHA256 (400 etl_invalid_upload_part),
 // Content-Encoding (gzip or none, else 415), a declared length beyond the
 // part limit (413 before reading), then the part streamed into the store:
@@ -194,7 +194,7 @@ func (a *api) putPart(w http.ResponseWriter, r *http.Request, principal string) 
 	if !ok {
 		return
 	}
-	number, ok := parsePartNumber(r.PathValue("part"))
+	number, ok := parsePartNumber(r.PathValue("partNumber"))
 	if !ok {
 		writeProblem(w, r, codes.InvalidUploadPart)
 		return

@@ -446,3 +446,55 @@ func TestRecordCounter(t *testing.T) {
 		}
 	}
 }
+
+// TestSubmitUploadRereadsPartsThatChangedWhileVerifying: a part committed
+// between the submission's verification and its transaction (here: while
+// the transaction waits for the upload's lock) is seen under the lock; the
+// submission reads the payload again and judges the parts as they are now
+// (the declared digest no longer matches: refused, no job).
+func TestSubmitUploadRereadsPartsThatChangedWhileVerifying(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	u := newUpload(t, pool, "owner", pg.UploadFormatJSONL)
+	before := []byte("{\"id\":\"1\"}\n")
+	mustPut(t, pool, "owner", u.UploadID, 1, before)
+
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := holder.Exec(ctx, `SELECT 1 FROM etl_uploads WHERE upload_id = $1 FOR UPDATE`, u.UploadID); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := submit(ctx, pool, "owner", u.UploadID, "key-race", hexSum(before), uuid.Nil)
+		done <- err
+	}()
+	pgtest.WaitForLockWait(t, pool, "\nSELECT upload_state, upload_format")
+	// Part 1 is replaced while the submission waits (as PutPart's commit
+	// would: a new attempt's chunk, the part row pointed at it).
+	attempt := uuid.Must(uuid.NewV7())
+	after := []byte("{\"id\":\"2\"}\n")
+	if _, err := holder.Exec(ctx, `INSERT INTO etl_upload_chunks VALUES ($1, $2, 0, $3)`, u.UploadID, attempt, after); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, `UPDATE etl_upload_parts SET part_attempt_id = $2, part_sha256 = sha256($3::bytea)
+		WHERE upload_id = $1 AND part_number = 1`, u.UploadID, attempt, after); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, pg.ErrUploadDigestMismatch) {
+		t.Fatalf("submission across a part change: %v, want ErrUploadDigestMismatch", err)
+	}
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM etl_job_records`); n != 0 {
+		t.Fatalf("%d jobs", n)
+	}
+	if out, err := submit(ctx, pool, "owner", u.UploadID, "key-race", hexSum(after), uuid.Nil); err != nil || !out.Created {
+		t.Fatalf("submission of the parts as they are: %+v %v", out, err)
+	}
+}
