@@ -443,6 +443,9 @@ const jobHeader = "JOB ID\tSTATUS\tATTEMPTS\tFAILURE\tCREATED\tUPDATED\tREPLAY O
 
 func (c *jobsCmd) printJob(j *client.Job) {
 	c.show(j, jobHeader, jobRow(*j))
+	if c.output != "json" && j.Progress != nil {
+		fmt.Fprintln(c.out, progressSummary(j.Progress))
+	}
 }
 
 func (c *jobsCmd) get(args []string) int {
