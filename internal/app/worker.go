@@ -101,6 +101,7 @@ func NewWorkerProcess(ctx context.Context, cfg config.Worker, provenance []confi
 		LeaseDuration: cfg.LeaseDuration, RenewInterval: cfg.RenewInterval, SafetyMargin: cfg.SafetyMargin,
 		RetryBaseDelay: cfg.RetryBaseDelay, RetryMaxDelay: cfg.RetryMaxDelay, ShutdownGrace: cfg.ShutdownGrace,
 		StatementTimeout: stmtTimeout, MaxJobDuration: cfg.MaxJobDuration,
+		ChunkedSlots: chunkedSlots(cfg.ChunkedSlots), ChunkRecords: cfg.ChunkRecords, ChunkBytes: cfg.ChunkBytes,
 	}, exec, renew, worker.DefaultHandlers(cfg.MaxBatchRecords), m, log)
 	p := &WorkerProcess{Worker: w, Registry: reg, exec: exec, renew: renew, log: log, cfg: cfg}
 	p.Maintainer = newMaintainer(cfg, exec, reg, log)
@@ -277,4 +278,14 @@ func (p *WorkerProcess) Stop(ctx context.Context) error {
 		p.close() // never started: nothing else closes them
 	}
 	return err
+}
+
+// chunkedSlots maps MIGHTYETL_WORKER_CHUNKED_SLOTS to worker.Config's
+// ChunkedSlots, whose zero means the default: 0 (claim no chunked job)
+// becomes -1.
+func chunkedSlots(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/etl"
 	"github.com/mightyetl/mightyetl/internal/lease"
+	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/tracing"
 )
@@ -25,13 +26,6 @@ import (
 const (
 	DefaultChunkRecords = 10000
 	DefaultChunkBytes   = 8 << 20
-)
-
-// Chunk commit outcomes (mightyetl_worker_chunk_commits_total{outcome}).
-const (
-	ChunkCommitted = "committed" // the chunk and its checkpoint committed
-	ChunkStale     = "stale"     // a fenced statement matched nothing: the lease was lost, nothing committed
-	ChunkFailed    = "failed"    // the transaction failed (database error): nothing committed
 )
 
 // chunkCommitTries bounds how often one chunk's transaction is tried when
@@ -68,7 +62,7 @@ type Loader struct {
 	cfg   Config
 	Hooks Hooks
 	// OnChunk, when set, is called after each chunk transaction with its
-	// outcome (ChunkCommitted, ChunkStale, ChunkFailed) and, when
+	// outcome (metrics.ChunkCommitted, metrics.ChunkStale, metrics.ChunkFailed) and, when
 	// committed, the records it loaded.
 	OnChunk func(outcome string, loaded int64)
 }
@@ -246,16 +240,16 @@ func (l *Loader) commit(ctx context.Context, ref lease.Ref, cp lease.Checkpoint,
 		err := l.commitOnce(ctx, ref, cp, to, c)
 		switch {
 		case err == nil:
-			l.observe(ChunkCommitted, int64(len(c.rows)))
+			l.observe(metrics.ChunkCommitted, int64(len(c.rows)))
 			if l.Hooks.AfterChunkCommit != nil {
 				l.Hooks.AfterChunkCommit(to.ChunksDone)
 			}
 			return to, nil
 		case errors.Is(err, lease.ErrLost):
-			l.observe(ChunkStale, 0)
+			l.observe(metrics.ChunkStale, 0)
 			return cp, fmt.Errorf("commit chunk: %w", err)
 		}
-		l.observe(ChunkFailed, 0)
+		l.observe(metrics.ChunkFailed, 0)
 		if ctx.Err() != nil {
 			return cp, context.Cause(ctx)
 		}

@@ -73,6 +73,9 @@ func TestWorkerDefaultsAreTheLibraryDefaults(t *testing.T) {
 		{"MIGHTYETL_RETRY_MAX_DELAY", c.RetryMaxDelay, w.RetryMaxDelay},
 		{"MIGHTYETL_SHUTDOWN_GRACE_PERIOD", c.ShutdownGrace, w.ShutdownGrace},
 		{"MIGHTYETL_MAX_JOB_DURATION", c.MaxJobDuration, w.MaxJobDuration},
+		{"MIGHTYETL_WORKER_CHUNKED_SLOTS", c.ChunkedSlots, w.ChunkedSlots},
+		{"MIGHTYETL_CHUNK_RECORDS", c.ChunkRecords, w.ChunkRecords},
+		{"MIGHTYETL_CHUNK_BYTES", c.ChunkBytes, w.ChunkBytes},
 		{"MIGHTYETL_MAX_ATTEMPTS (worker and intake)", c.MaxAttempts, intake.Options{}.WithDefaults().MaxAttempts},
 		{"MIGHTYETL_WORKER_POLL_INTERVAL (intake's Retry-After)", c.PollInterval, httpapi.Options{}.WithDefaults().PollInterval},
 		// worker.DefaultOwnerID: host-pid-random; the random part differs.

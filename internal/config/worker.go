@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/mightyetl/mightyetl/internal/chunked"
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/worker"
 )
@@ -47,6 +48,9 @@ type Worker struct {
 	MetricsAddr     string        // MIGHTYETL_METRICS_ADDR, default 127.0.0.1:9091
 	MaxBatchRecords int           // MIGHTYETL_MAX_BATCH_RECORDS, default 1000 (1..100000)
 	MaxJobDuration  time.Duration // MIGHTYETL_MAX_JOB_DURATION, default 6h (1s..7d)
+	ChunkedSlots    int           // MIGHTYETL_WORKER_CHUNKED_SLOTS, default 2 (0..64; 0: no chunked jobs)
+	ChunkRecords    int           // MIGHTYETL_CHUNK_RECORDS, default 10000 (1..1000000)
+	ChunkBytes      int           // MIGHTYETL_CHUNK_BYTES, default 8 MiB (64 KiB..256 MiB); also the longest record
 	NATS            NATS          // NATS_URL and friends; empty URL: polling only
 	Maintenance     Maintenance   // MIGHTYETL_MAINTENANCE_* and MIGHTYETL_PRUNE_*: built-in retention
 }
@@ -78,6 +82,12 @@ func RegisterWorker(l *Loader, dst *Worker) {
 	l.String(&dst.MetricsAddr, "MIGHTYETL_METRICS_ADDR", "metrics-addr", DefaultMetricsAddr, "metrics and health listen address", nonEmpty)
 	l.Int(&dst.MaxBatchRecords, "MIGHTYETL_MAX_BATCH_RECORDS", "max-batch-records", intake.DefaultMaxBatchRecords, 1, 100000, "records per job")
 	l.Duration(&dst.MaxJobDuration, "MIGHTYETL_MAX_JOB_DURATION", "max-job-duration", worker.DefaultMaxJobDuration, time.Second, 7*24*time.Hour, "longest one attempt of a job may run; past it the job fails etl_job_timeout")
+	l.Int(&dst.ChunkedSlots, "MIGHTYETL_WORKER_CHUNKED_SLOTS", "chunked-slots", worker.DefaultChunkedSlots, 0, 64,
+		"execution slots for large (chunked) jobs, besides the concurrency; 0: claim none")
+	l.Int(&dst.ChunkRecords, "MIGHTYETL_CHUNK_RECORDS", "chunk-records", chunked.DefaultChunkRecords, 1, 1000000,
+		"records per chunk transaction of a large job")
+	l.Int(&dst.ChunkBytes, "MIGHTYETL_CHUNK_BYTES", "chunk-bytes", chunked.DefaultChunkBytes, 64<<10, 256<<20,
+		"payload bytes per chunk transaction of a large job, and the longest record")
 	RegisterNATS(l, &dst.NATS)
 	RegisterMaintenance(l, &dst.Maintenance)
 }

@@ -31,6 +31,14 @@ const (
 	LostSuperseded  = "superseded"   // this worker reclaimed the job after the older claim's lease expired
 )
 
+// Chunk commit outcomes of chunked jobs
+// (mightyetl_worker_chunk_commits_total{outcome}).
+const (
+	ChunkCommitted = "committed" // the chunk's rows and checkpoint committed
+	ChunkStale     = "stale"     // a fenced statement matched nothing: the lease was lost, nothing committed
+	ChunkFailed    = "failed"    // the transaction failed (a database error): nothing committed
+)
+
 // Worker holds the worker process's collectors.
 type Worker struct {
 	Outcomes         *prometheus.CounterVec
@@ -49,6 +57,10 @@ type Worker struct {
 	WakeupsReceived  prometheus.Counter
 	RevocationsHeard prometheus.Counter
 	JobTimeouts      prometheus.Counter
+	// Chunked (large) jobs.
+	RecordsLoaded      prometheus.Counter
+	ChunkCommits       *prometheus.CounterVec
+	RunningChunkedJobs prometheus.Gauge
 }
 
 var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
@@ -127,6 +139,21 @@ func NewWorker(reg prometheus.Registerer) *Worker {
 			Name: "mightyetl_worker_job_timeouts_total",
 			Help: "Attempts that ran past MIGHTYETL_MAX_JOB_DURATION: the handler was cancelled and the job failed with etl_job_timeout.",
 		}),
+		RecordsLoaded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mightyetl_worker_records_loaded_total",
+			Help: "Records of chunked jobs committed to the target by this worker's chunk transactions (hidden until their job succeeds).",
+		}),
+		ChunkCommits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mightyetl_worker_chunk_commits_total",
+			Help: "Chunk transactions of chunked jobs by outcome: committed, stale (lease lost, nothing committed), failed (database error, nothing committed).",
+		}, []string{"outcome"}),
+		RunningChunkedJobs: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mightyetl_worker_running_chunked_jobs",
+			Help: "Chunked-job claims currently running on this worker (their own slots, MIGHTYETL_WORKER_CHUNKED_SLOTS).",
+		}),
+	}
+	for _, o := range []string{ChunkCommitted, ChunkStale, ChunkFailed} {
+		m.ChunkCommits.WithLabelValues(o)
 	}
 	for _, o := range []string{OutcomeClaimed, OutcomeSucceeded, OutcomeRetried, OutcomeFailed, OutcomeStale, OutcomeCancelled, OutcomeReleased} {
 		m.Outcomes.WithLabelValues(o)
@@ -143,6 +170,7 @@ func NewWorker(reg prometheus.Registerer) *Worker {
 	}
 	reg.MustRegister(m.Outcomes, m.ExecutionSeconds, m.PickupLatency, m.ClaimBatchSize, m.FinishBatchSize,
 		m.Renewals, m.RenewalLag, m.RenewalMargin, m.ClaimsLost, m.RunningJobs, m.CancelToStop,
-		m.ConfigRejections, m.ConfigInfo, m.WakeupsReceived, m.RevocationsHeard, m.JobTimeouts)
+		m.ConfigRejections, m.ConfigInfo, m.WakeupsReceived, m.RevocationsHeard, m.JobTimeouts,
+		m.RecordsLoaded, m.ChunkCommits, m.RunningChunkedJobs)
 	return m
 }

@@ -69,6 +69,14 @@ type ExecutorPool struct {
 	runQ chan *running
 	// inflight counts launched claims until their outcome settled.
 	inflight sync.WaitGroup
+
+	// failJob, when set, writes the fenced terminal failure of r with code
+	// instead of lease.Fail (chunked jobs: lease.FailChunked); herr is the
+	// handler's error (nil for a failure the executor decided).
+	failJob func(ctx context.Context, r *running, code string, herr error) error
+	// settled, when set, runs after a claim settled (forgotten by the claim
+	// set, its renewal over) with its outcome.
+	settled func(r *running, outcome string)
 }
 
 func newExecutorPool(cfg *Config, db *pgxpool.Pool, claims *claimSet, done finisher, handlers map[string]Handler,
@@ -140,6 +148,10 @@ func (e *ExecutorPool) launch(c lease.Claim, sent time.Time) {
 // execute runs one claim to its outcome and settles it.
 func (e *ExecutorPool) execute(ctx context.Context, r *running) {
 	defer e.inflight.Done()
+	var outcome string
+	if e.settled != nil {
+		defer func() { e.settled(r, outcome) }()
+	}
 	defer e.claims.settle(r)
 	c := &r.claim
 	// One span per execution, from claim to settled outcome. Claims are
@@ -158,7 +170,6 @@ func (e *ExecutorPool) execute(ctx context.Context, r *running) {
 	// slot.
 	e.claims.freeSlot(r)
 
-	var outcome string
 	switch {
 	case herr == nil:
 		outcome = e.fencedWrite(r, metrics.OutcomeSucceeded, func(context.Context) error {
@@ -170,7 +181,7 @@ func (e *ExecutorPool) execute(ctx context.Context, r *running) {
 		// out, the attempt ends the job (rerunning it would take as long).
 		e.log.Warn("job ran past its maximum duration; the job fails", "job_kind", c.Kind)
 		outcome = e.fencedWrite(r, metrics.OutcomeFailed, func(ctx context.Context) error {
-			return lease.Fail(ctx, e.db, c.Ref, codes.JobTimeout)
+			return e.fail(ctx, r, codes.JobTimeout, nil)
 		})
 	case ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrShutdown) && stoppedByCancel(herr):
 		outcome = e.fencedWrite(r, metrics.OutcomeReleased, func(ctx context.Context) error {
@@ -178,6 +189,11 @@ func (e *ExecutorPool) execute(ctx context.Context, r *running) {
 		})
 	case ctx.Err() != nil && (errors.Is(context.Cause(ctx), ErrLeaseLost) || errors.Is(context.Cause(ctx), ErrRevoked)):
 		// Authority is gone: write nothing, find out why.
+		outcome = e.classifyLost(r)
+	case errors.Is(herr, lease.ErrLost):
+		// A fenced write of the handler's own (a chunk transaction)
+		// matched nothing: authority is gone; write nothing more.
+		e.claims.markLost(r, metrics.LostFencedWrite, ErrLeaseLost)
 		outcome = e.classifyLost(r)
 	default:
 		outcome = e.finishFailure(r, herr)
@@ -239,8 +255,17 @@ func (e *ExecutorPool) finishFailure(r *running, herr error) string {
 		code = codes.TargetUnavailable
 	}
 	return e.fencedWrite(r, metrics.OutcomeFailed, func(ctx context.Context) error {
-		return lease.Fail(ctx, e.db, c.Ref, code)
+		return e.fail(ctx, r, code, herr)
 	})
+}
+
+// fail writes the fenced terminal failure of r with code: failJob when
+// set, lease.Fail otherwise.
+func (e *ExecutorPool) fail(ctx context.Context, r *running, code string, herr error) error {
+	if e.failJob != nil {
+		return e.failJob(ctx, r, code, herr)
+	}
+	return lease.Fail(ctx, e.db, r.claim.Ref, code)
 }
 
 // fencedWrite runs one fenced statement until it lands or cannot:
@@ -273,7 +298,7 @@ func (e *ExecutorPool) fencedWrite(r *running, success string, write func(ctx co
 			if success == metrics.OutcomeSucceeded {
 				e.log.Warn("the target refused the job's rows; the job fails", "error_class", pg.ErrorClass(err))
 				return e.fencedWrite(r, metrics.OutcomeFailed, func(ctx context.Context) error {
-					return lease.Fail(ctx, e.db, r.claim.Ref, codes.TargetFailure)
+					return e.fail(ctx, r, codes.TargetFailure, nil)
 				})
 			}
 			e.log.Warn("fenced write failed; the claim is abandoned to expire", "error_class", pg.ErrorClass(err))

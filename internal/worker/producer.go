@@ -42,6 +42,9 @@ type Producer struct {
 	// stopping is closed by Stop: read by the loop and by runOnce between
 	// claim statements.
 	stopping chan struct{}
+	// claim is the claim statement: lease.ClaimJobs, or
+	// lease.ClaimChunkedJobs for the chunked producer.
+	claim func(ctx context.Context, db pg.DBTX, p lease.ClaimParams) (lease.ClaimResult, error)
 
 	// Schema gate, owned by the loop goroutine: schemaChecked is when
 	// pg.CheckCompatibility last answered (zero: never), schemaOK its
@@ -52,7 +55,7 @@ type Producer struct {
 
 func newProducer(cfg *Config, db *pgxpool.Pool, claims *claimSet, runner launcher, m *metrics.Worker, log *slog.Logger, sig *testSignals) *Producer {
 	return &Producer{cfg: cfg, db: db, claims: claims, runner: runner, m: m, log: log, sig: sig,
-		wake: make(chan struct{}, 1), stopping: make(chan struct{})}
+		wake: make(chan struct{}, 1), stopping: make(chan struct{}), claim: lease.ClaimJobs}
 }
 
 // wakeUp asks the producer to claim now. Never blocks.
@@ -166,7 +169,7 @@ func (p *Producer) runOnce(ctx context.Context) {
 		sent := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, p.cfg.StatementTimeout)
 		cctx, span := tracing.Start(cctx, "worker.claim", attribute.Int("batch.limit", free))
-		res, err := lease.ClaimJobs(cctx, p.db, lease.ClaimParams{
+		res, err := p.claim(cctx, p.db, lease.ClaimParams{
 			OwnerID: p.cfg.OwnerID, Limit: free, LeaseDuration: p.cfg.LeaseDuration,
 		})
 		tracing.EndBatch(span, len(res.Claimed), err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mightyetl/mightyetl/internal/chunked"
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/startstop"
 )
@@ -27,6 +28,9 @@ const (
 	DefaultRetryMaxDelay  = 5 * time.Minute
 	DefaultShutdownGrace  = 30 * time.Second
 	DefaultMaxJobDuration = 6 * time.Hour
+	// DefaultChunkedSlots is Config.ChunkedSlots's default (the chunk
+	// bounds' are chunked.DefaultChunkRecords and chunked.DefaultChunkBytes).
+	DefaultChunkedSlots = 2
 	// DefaultSchemaCheckInterval is Config.SchemaCheckInterval's default.
 	DefaultSchemaCheckInterval = 10 * time.Second
 	// MinStatementTimeout is the floor of the default StatementTimeout,
@@ -113,6 +117,17 @@ type Config struct {
 	// ErrJobTimeout, renewal of the claim stops, and the job ends FAILED
 	// etl_job_timeout.
 	MaxJobDuration time.Duration
+	// ChunkedSlots is the number of execution slots for chunked jobs (kind
+	// etl_chunked), which have their own producer, claim statement
+	// (lease.ClaimChunkedJobs) and renewal, so a large load never takes a
+	// small job's slot (DefaultChunkedSlots; MIGHTYETL_WORKER_CHUNKED_SLOTS).
+	// Negative: this worker claims no chunked job.
+	ChunkedSlots int
+	// ChunkRecords and ChunkBytes bound one chunk transaction of a chunked
+	// job by records and by payload bytes, whichever comes first;
+	// ChunkBytes also bounds one record (chunked.DefaultChunkRecords,
+	// chunked.DefaultChunkBytes; MIGHTYETL_CHUNK_RECORDS, MIGHTYETL_CHUNK_BYTES).
+	ChunkRecords, ChunkBytes int
 }
 
 // maxLive bounds the claims a worker holds at once: Concurrency running
@@ -150,6 +165,9 @@ func (c Config) WithDefaults() Config {
 	c.FinishMaxBytes = cmp.Or(c.FinishMaxBytes, DefaultFinishMaxBytes)
 	c.StatementTimeout = cmp.Or(c.StatementTimeout, StatementTimeout(c.RenewInterval))
 	c.MaxJobDuration = cmp.Or(c.MaxJobDuration, DefaultMaxJobDuration)
+	c.ChunkedSlots = cmp.Or(c.ChunkedSlots, DefaultChunkedSlots)
+	c.ChunkRecords = cmp.Or(c.ChunkRecords, chunked.DefaultChunkRecords)
+	c.ChunkBytes = cmp.Or(c.ChunkBytes, chunked.DefaultChunkBytes)
 	if c.OwnerID == "" {
 		c.OwnerID = DefaultOwnerID()
 	}
@@ -195,6 +213,9 @@ type Worker struct {
 	executors *ExecutorPool
 	completer *Completer
 	renewer   *Renewer
+	// chunked runs chunked jobs on roles of its own; nil when
+	// Config.ChunkedSlots is negative.
+	chunked *chunkedRoles
 
 	// signals are the test seams (unset in production; export_test.go).
 	signals testSignals
@@ -214,6 +235,9 @@ func New(cfg Config, exec, renew *pgxpool.Pool, handlers map[string]Handler, m *
 	w.renewer = newRenewer(c, renew, w.claims, m, log, sig)
 	w.executors = newExecutorPool(c, exec, w.claims, w.completer, handlers, m, log, sig)
 	w.producer = newProducer(c, exec, w.claims, w.executors, m, log, sig)
+	if c.ChunkedSlots > 0 {
+		w.chunked = newChunkedRoles(c, exec, renew, m, log)
+	}
 	return w
 }
 
@@ -227,7 +251,13 @@ type role interface {
 // claiming first, the executor pool drains (renewal still running), and
 // only then the renewer and the completer stop.
 func (w *Worker) roles() []role {
-	return []role{w.completer, w.renewer, w.executors, w.producer}
+	if w.chunked == nil {
+		return []role{w.completer, w.renewer, w.executors, w.producer}
+	}
+	// The two executor pools drain together (one grace period for both).
+	ch := w.chunked
+	return []role{w.completer, w.renewer, ch.renewer, ch.purger,
+		newRolePair(w.executors, ch.executors), w.producer, ch.producer}
 }
 
 // Start starts the roles and returns at once. A second Start returns
@@ -241,7 +271,7 @@ func (w *Worker) Start(ctx context.Context) error {
 				return nil, err
 			}
 		}
-		w.log.Info("worker started", "concurrency", w.cfg.Concurrency,
+		w.log.Info("worker started", "concurrency", w.cfg.Concurrency, "chunked_slots", max(w.cfg.ChunkedSlots, 0),
 			"lease_duration", w.cfg.LeaseDuration.String(), "renew_interval", w.cfg.RenewInterval.String())
 		return w.stop, nil
 	})
@@ -251,6 +281,9 @@ func (w *Worker) Start(ctx context.Context) error {
 func (w *Worker) Wake() {
 	w.m.WakeupsReceived.Inc()
 	w.producer.wakeUp()
+	if w.chunked != nil {
+		w.chunked.producer.wakeUp()
+	}
 }
 
 // Revoke asks the renewer to renew jobID's claim at once, if this worker
@@ -262,12 +295,20 @@ func (w *Worker) Revoke(jobID uuid.UUID) {
 	w.m.RevocationsHeard.Inc()
 	if w.claims.askRecheck(jobID) {
 		w.renewer.recheckSoon()
+	} else if w.chunked != nil && w.chunked.claims.askRecheck(jobID) {
+		w.chunked.renewer.recheckSoon()
 	}
 }
 
 // Running returns how many handlers run now: the claims holding an execution
 // slot (a claim whose handler returned holds none while its outcome commits).
-func (w *Worker) Running() int { return w.claims.runningCount() }
+func (w *Worker) Running() int {
+	n := w.claims.runningCount()
+	if w.chunked != nil {
+		n += w.chunked.claims.runningCount()
+	}
+	return n
+}
 
 // Stop stops claiming, waits up to ShutdownGrace (or until ctx ends) for
 // running jobs, cancels the rest with ErrShutdown and releases their claims,
