@@ -3,10 +3,12 @@ package pg_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 )
@@ -215,5 +217,49 @@ func TestOpsJobProgress(t *testing.T) {
 	}
 	if _, err := pg.OpsJobProgress(ctx, pool, uuid.New()); !errors.Is(err, pg.ErrNotFound) {
 		t.Errorf("no load: %v", err)
+	}
+}
+
+// TestProgressReadsUnderTheIntakeRole: the intake role of the grant script
+// (deploy/postgres/least-privilege.sql) can run every read of this file:
+// GetJob and ListJobs with a chunked job's progress, the bad-record page
+// and the console's load read with its byte position.
+func TestProgressReadsUnderTheIntakeRole(t *testing.T) {
+	pool, url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	applyGrantScript(t, ctx, conn)
+	owner := pgtest.SHA(pgtest.DefaultFixtureOwner)
+	id := pgtest.InsertChunkedJob(t, pool, pgtest.ChunkedJob{Status: pg.StatusRunning, MaxBadRecords: 3, BadRecords: []int64{5},
+		PartBytes: []int64{10, 20}, Checkpoint: &pgtest.ChunkedCheckpoint{ChunksDone: 1, RecordsLoaded: 4, BadRecords: 1,
+			NextPartNumber: 2, NextPartOffset: 5}})
+	err = pg.WithTx(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL ROLE mightyetl_intake_role"); err != nil {
+			return err
+		}
+		j, err := pg.GetJob(ctx, tx, owner, id)
+		if err != nil || j.Progress == nil || j.Progress.RecordsLoaded != 4 {
+			return fmt.Errorf("get job: %+v %w", j.Progress, err)
+		}
+		jobs, err := pg.ListJobs(ctx, tx, pg.ListParams{PrincipalScopeHash: owner, Limit: 5})
+		if err != nil || len(jobs) != 1 || jobs[0].Progress == nil {
+			return fmt.Errorf("list jobs: %d %w", len(jobs), err)
+		}
+		bad, err := pg.ListBadRecords(ctx, tx, owner, id, 0, 5)
+		if err != nil || len(bad) != 1 || bad[0].RecordNumber != 5 {
+			return fmt.Errorf("bad records: %v %w", bad, err)
+		}
+		p, err := pg.OpsJobProgress(ctx, tx, id)
+		if err != nil || p.BytesDone == nil || *p.BytesDone != 15 {
+			return fmt.Errorf("ops progress: %v %w", p.BytesDone, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
