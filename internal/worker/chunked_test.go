@@ -27,10 +27,19 @@ type chunkedHarness struct {
 
 func newChunkedWorker(t *testing.T, url, owner string, slots int, hooks worker.ChunkedTestHooks) *chunkedHarness {
 	t.Helper()
+	return newChunkedWorkerWith(t, url, owner, func(c *worker.Config) { c.ChunkedSlots = slots }, hooks)
+}
+
+// newChunkedWorkerWith is newChunkedWorker with the configuration adjusted
+// by adjust.
+func newChunkedWorkerWith(t *testing.T, url, owner string, adjust func(*worker.Config), hooks worker.ChunkedTestHooks) *chunkedHarness {
+	t.Helper()
 	cfg := fastConfig()
 	cfg.OwnerID = owner
 	cfg.ChunkRecords = 4
-	cfg.ChunkedSlots = slots
+	// Renewal every 100 ms of a 3 s lease: chunk transactions meet it.
+	cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin = 3*time.Second, 100*time.Millisecond, 500*time.Millisecond
+	adjust(&cfg)
 	exec := pgtest.NewPool(t, url, 8)
 	renew := pgtest.NewPool(t, url, 2)
 	reg := prometheus.NewRegistry()
@@ -200,5 +209,62 @@ func TestInvalidRecordFailsTheChunkedJobWithItsNumber(t *testing.T) {
 	}
 	if rows, visible, _, state, chunks, failed := loadCounts(t, db, job); rows != 0 || visible != 0 || state != "DISCARDED" || failed != 11 || chunks != 2 {
 		t.Fatalf("rows %d visible %d state %s chunks %d failed record %d", rows, visible, state, chunks, failed)
+	}
+}
+
+// While a chunk transaction holds the job row, renewal skips it and reports
+// the claim busy, never lost; the lease is renewed once the chunk commits
+// and the job succeeds.
+func TestRenewalDuringAChunkTransactionIsBusyNotLost(t *testing.T) {
+	t.Parallel()
+	db, url := pgtest.NewDatabase(t)
+	const n = 12
+	job, _ := pgtest.InsertChunkedUpload(t, db, pgtest.ChunkedUpload{Parts: thirds(jsonl(n))})
+	var sig worker.TestSignals
+	h := newChunkedWorker(t, url, "chunked-worker-1", 2, worker.ChunkedTestHooks{InChunkTx: func(_ context.Context, chunk int64) {
+		if chunk == 2 {
+			// Renew now, on the renewer's goroutine, while this
+			// transaction holds the row.
+			receive(t, time.Minute, "renewal never found the claim busy", sig.RenewBusy)
+		}
+	}})
+	sig = h.sig
+	h.start(t)
+	h.awaitOutcome(t, time.Minute, "the success", metrics.OutcomeSucceeded, 1)
+	wantJob(t, db, job, pg.StatusSucceeded, 1)
+	for _, reason := range []string{metrics.LostNotRenewed, metrics.LostMarginGone, metrics.LostFencedWrite} {
+		if got := testutil.ToFloat64(h.m.ClaimsLost.WithLabelValues(reason)); got != 0 {
+			t.Fatalf("claims lost (%s): %v", reason, got)
+		}
+	}
+	if rows, visible, distinct, _, _, _ := loadCounts(t, db, job); rows != n || visible != n || distinct != n {
+		t.Fatalf("rows %d visible %d distinct %d", rows, visible, distinct)
+	}
+}
+
+// MIGHTYETL_MAX_JOB_DURATION applies to a chunked job: past it, the chunk
+// transaction in flight is cancelled (nothing of it commits), the job fails
+// etl_job_timeout and its staged rows are removed.
+func TestChunkedJobPastItsMaximumDurationFails(t *testing.T) {
+	t.Parallel()
+	db, url := pgtest.NewDatabase(t)
+	job, _ := pgtest.InsertChunkedUpload(t, db, pgtest.ChunkedUpload{Parts: thirds(jsonl(20))})
+	reached := make(chan struct{})
+	h := newChunkedWorkerWith(t, url, "chunked-worker-1", func(c *worker.Config) { c.MaxJobDuration = 2 * time.Second },
+		worker.ChunkedTestHooks{InChunkTx: func(ctx context.Context, chunk int64) {
+			if chunk == 2 {
+				close(reached)
+				<-ctx.Done() // held until the attempt times out
+			}
+		}})
+	h.start(t)
+	receive(t, time.Minute, "chunk 2 never started", reached)
+	h.awaitOutcome(t, time.Minute, "the timeout's failure", metrics.OutcomeFailed, 1)
+	receive(t, time.Minute, "no clean-up after the timeout", h.purged)
+	if st, _, code := jobState(t, db, job); st != pg.StatusFailed || code == nil || *code != codes.JobTimeout {
+		t.Fatalf("job %s %v", st, code)
+	}
+	if rows, visible, _, state, chunks, _ := loadCounts(t, db, job); rows != 0 || visible != 0 || state != "DISCARDED" || chunks != 1 {
+		t.Fatalf("rows %d visible %d state %s chunks %d", rows, visible, state, chunks)
 	}
 }
