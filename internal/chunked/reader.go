@@ -336,7 +336,8 @@ func (rd *Reader) nextElement() (Record, error) {
 			if more {
 				return broken()
 			}
-			rd.finish(rd.r)
+			// The checkpoint stays right after the last element: a load
+			// resumed there reads the closing ']' again and ends.
 			return Record{}, io.EOF
 		case arrayFirst:
 			if !more {

@@ -77,6 +77,30 @@ func readAll(t *testing.T, parts [][]byte, format string, from chunked.Position,
 	}
 }
 
+// The checkpoint taken after the end was read (what a load's last chunk
+// commits) resumes to nothing more.
+func TestReaderCheckpointAfterTheEndResumesToTheEnd(t *testing.T) {
+	for _, tc := range []struct{ format, payload string }{
+		{chunked.FormatJSONL, "{\"id\":\"a\"}\n\n \n"},
+		{chunked.FormatJSONArray, "[{\"id\":\"a\"} ,\n{\"id\":\"b\"}\n] \n"},
+	} {
+		parts := split(tc.payload, 3)
+		rd := chunked.NewReader(newPartSource(parts, chunked.Start, 2), tc.format, chunked.Start, 100)
+		for {
+			if _, err := rd.Next(); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatal(err)
+			}
+		}
+		cp := rd.Checkpoint()
+		rest, _, err := readAll(t, parts, tc.format, cp, 100, 2)
+		if err != nil || len(rest) != 0 {
+			t.Fatalf("%s from the final checkpoint %+v: %v %v", tc.format, cp, rest, err)
+		}
+	}
+}
+
 func TestReaderResumesAtEveryCheckpoint(t *testing.T) {
 	long := strings.Repeat("x", 300)
 	jsonl := "{\"id\":\"a\"}\n\n  \n{\"id\":\"b\",\"s\":\"[}\\\"\"}\r\n{\"id\":\"" + long + "\"}\n{\"id\":\"c\"}"
