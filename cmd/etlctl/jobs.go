@@ -41,7 +41,8 @@ Commands:
   get      ID                                      show a job
   list     [--status S] [--limit N] [--cursor C] [--all]   list your jobs, newest first
   cancel   ID [--key K]                            cancel a PENDING or RUNNING job (again: replays, exit 0)
-  replay   ID [--file F | stdin] [--key K]         run a FAILED or CANCELLED job again (body: the original payload, byte for byte)
+  replay   ID [--file F | stdin] [--key K]         run a FAILED or CANCELLED job again (body: the original payload, byte for byte;
+                                                   a large job's through an upload, with submit's upload flags)
   wait     ID [--timeout D] [--progress P]         wait until the job ends; prints its final state (a large job's progress: --progress)
   process  [--file F | stdin] [--key K]            validate, transform and load records synchronously
 
@@ -368,12 +369,7 @@ func (c *jobsCmd) submit(args []string) int {
 	c.fs.StringVar(&o.file, "file", "", "read records from this file instead of standard input")
 	jsonl := c.fs.Bool("jsonl", false, "JSON Lines of jobs: one job (a JSON array of records) per line")
 	c.fs.StringVar(&o.key, "key", "", "idempotency key (with --jsonl, line n uses <key>-<n>); generated when empty")
-	c.fs.StringVar(&o.format, "format", "", "records format: jsonl (one record a line) or json-array (default: jsonl for a .jsonl or .ndjson file, else json-array)")
-	c.fs.IntVar(&o.maxBadRecords, "max-bad-records", 0, "skip up to this many malformed or untransformable records (uploads only)")
-	c.fs.StringVar(&o.resume, "resume", "", "resume the interrupted upload with this id (give the same input)")
-	c.fs.IntVar(&o.partSize, "part-size", 0, "upload part size in bytes (default 16 MiB)")
-	c.fs.BoolVar(&o.gzip, "gzip", false, "send upload parts gzipped")
-	c.fs.StringVar(&o.progress, "progress", progressAuto, "upload progress on standard error: auto (a bar on a terminal), bar, plain or none")
+	c.uploadFlags(&o)
 	_, cl, _, ok := c.setup(args, 0, nil)
 	if !ok {
 		return exitUsage
@@ -533,20 +529,16 @@ func (c *jobsCmd) cancel(args []string) int {
 }
 
 func (c *jobsCmd) replay(args []string) int {
-	file := c.fs.String("file", "", "the original payload (default: standard input)")
-	key := c.fs.String("key", "", "idempotency key; generated when empty")
-	pos, cl, body, ok := c.setup(args, 1, file)
+	var o payloadOptions
+	c.fs.StringVar(&o.file, "file", "", "the original payload (default: standard input)")
+	c.fs.StringVar(&o.key, "key", "", "idempotency key; generated when empty")
+	c.uploadFlags(&o)
+	pos, cl, _, ok := c.setup(args, 1, nil)
 	if !ok {
 		return exitUsage
 	}
-	ctx, stop := signalContext()
-	defer stop()
-	sub, err := cl.Replay(ctx, pos[0], body, *key)
-	if err != nil {
-		return c.fail(err)
-	}
-	c.show(sub, submissionHeader, submissionRow(sub.JobID, sub.Status, sub.Replayed, sub.Key))
-	return exitOK
+	o.replayOf = pos[0]
+	return c.replayPayload(cl, o)
 }
 
 func (c *jobsCmd) wait(args []string) int {

@@ -161,6 +161,34 @@ func TestJobsSubmitLargeFile(t *testing.T) {
 		t.Fatalf("upload %+v, %v", u, err)
 	}
 
+	// A chunked job that fails (record 3 is invalid) or is cancelled first
+	// is replayed through an upload with the same file; other bytes are
+	// refused.
+	bad := filepath.Join(t.TempDir(), "bad.jsonl")
+	if err := os.WriteFile(bad, []byte("{\"id\":\"b1\"}\n{\"id\":\"b2\"}\n{\"id\":\"b3\",\"amount\":\"1e3\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = d.run(t, "", "jobs", "submit", "--file", bad, "--progress", "none", "-o", "json")
+	var src client.Submission
+	if err := json.Unmarshal([]byte(out), &src); code != 0 || err != nil {
+		t.Fatalf("submit bad.jsonl: %d %q %q", code, out, errOut)
+	}
+	if _, errOut, code = d.run(t, "", "jobs", "cancel", src.JobID); code != 0 && !strings.Contains(errOut, "etl_job_already_failed") {
+		t.Fatalf("cancel: %d %q", code, errOut)
+	}
+	_, errOut, code = d.run(t, "", "jobs", "replay", src.JobID, "--file", path, "--progress", "none")
+	if code != 5 || !strings.Contains(errOut, "etl_job_replay_payload_mismatch (422)") {
+		t.Fatalf("replay with other bytes: %d %q", code, errOut)
+	}
+	out, errOut, code = d.run(t, "", "jobs", "replay", src.JobID, "--file", bad, "--progress", "none", "-o", "json")
+	var rp client.Submission
+	if err := json.Unmarshal([]byte(out), &rp); code != 0 || err != nil || rp.JobID == src.JobID || rp.UploadID == "" {
+		t.Fatalf("replay: %d %q %q", code, out, errOut)
+	}
+	if j, err := c.Get(ctx, rp.JobID); err != nil || j.ReplaySourceID != src.JobID || j.Progress == nil {
+		t.Fatalf("replay job %+v, %v", j, err)
+	}
+
 	_, errOut, code = d.run(t, "", "jobs", "submit", "--jsonl", "--gzip", "--file", path)
 	if code != 2 || !strings.Contains(errOut, "--jsonl (one job per line) takes no --gzip") {
 		t.Fatalf("--jsonl with --gzip: %d %q", code, errOut)

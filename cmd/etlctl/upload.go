@@ -21,11 +21,25 @@ import (
 // service with lower limits, or more than its record limit).
 const singleRequestBytes = 1 << 20
 
-// payloadOptions are submit's flags for a payload (everything but --jsonl).
+// payloadOptions are submit's and replay's flags for a payload
+// (everything but --jsonl).
 type payloadOptions struct {
 	file, format, key, resume, progress string
 	maxBadRecords, partSize             int
 	gzip                                bool
+	// replayOf is the job replay replays; empty for submit.
+	replayOf string
+}
+
+// uploadFlags registers the flags of a payload that may go through an
+// upload.
+func (c *jobsCmd) uploadFlags(o *payloadOptions) {
+	c.fs.StringVar(&o.format, "format", "", "records format: jsonl (one record a line) or json-array (default: jsonl for a .jsonl or .ndjson file, else json-array)")
+	c.fs.IntVar(&o.maxBadRecords, "max-bad-records", 0, "skip up to this many malformed or untransformable records (uploads only)")
+	c.fs.StringVar(&o.resume, "resume", "", "resume the interrupted upload with this id (give the same input)")
+	c.fs.IntVar(&o.partSize, "part-size", 0, "upload part size in bytes (default 16 MiB)")
+	c.fs.BoolVar(&o.gzip, "gzip", false, "send upload parts gzipped")
+	c.fs.StringVar(&o.progress, "progress", progressAuto, "upload progress on standard error: auto (a bar on a terminal), bar, plain or none")
 }
 
 // uploadFlagsSet names the upload-only flags that were given, for the
@@ -42,6 +56,12 @@ func (o payloadOptions) uploadFlagsSet() []string {
 		}
 	}
 	return set
+}
+
+// viaUpload reports whether the flags alone send the payload through an
+// upload: JSON Lines, or an upload-only flag.
+func (o payloadOptions) viaUpload(format client.UploadFormat) bool {
+	return format == client.FormatJSONLines || o.resume != "" || o.maxBadRecords != 0 || o.partSize != 0 || o.gzip
 }
 
 // payloadFormat is the format of the payload: --format, else by the file's
@@ -62,43 +82,60 @@ func payloadFormat(flagValue, file string) (client.UploadFormat, bool) {
 	return "", false
 }
 
+// payloadSource is an opened payload: its format, the progress mode, the
+// reader and its size (zero when unknown).
+type payloadSource struct {
+	format client.UploadFormat
+	mode   string
+	src    io.Reader
+	size   int64
+	close  func()
+}
+
+// openPayload checks o's flags and opens --file (or standard input); ok
+// false means exitUsage, the reason printed.
+func (c *jobsCmd) openPayload(o payloadOptions) (payloadSource, bool) {
+	p := payloadSource{src: c.in, close: func() {}}
+	var ok bool
+	if p.format, ok = payloadFormat(o.format, o.file); !ok {
+		fmt.Fprintf(c.errw, "etlctl jobs %s: --format must be jsonl or json-array\n", c.name)
+		return p, false
+	}
+	if p.mode, ok = progressMode(o.progress, c.errw); !ok {
+		fmt.Fprintf(c.errw, "etlctl jobs %s: --progress must be auto, bar, plain or none\n", c.name)
+		return p, false
+	}
+	if o.maxBadRecords < 0 || o.partSize < 0 {
+		fmt.Fprintf(c.errw, "etlctl jobs %s: --max-bad-records and --part-size must not be negative\n", c.name)
+		return p, false
+	}
+	if o.file != "" && o.file != "-" {
+		f, err := os.Open(o.file)
+		if err != nil {
+			fmt.Fprintf(c.errw, "etlctl jobs %s: read input: %v\n", c.name, err)
+			return p, false
+		}
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+			p.size = st.Size()
+		}
+		p.src, p.close = f, func() { _ = f.Close() }
+	}
+	return p, true
+}
+
 // submitPayload submits one payload: a JSON array of at most
 // singleRequestBytes in one request, anything else (JSON Lines, a larger
 // array, or with an upload flag) through a resumable upload.
 func (c *jobsCmd) submitPayload(cl *client.Client, o payloadOptions) int {
-	format, ok := payloadFormat(o.format, o.file)
+	p, ok := c.openPayload(o)
 	if !ok {
-		fmt.Fprintf(c.errw, "etlctl jobs submit: --format must be jsonl or json-array\n")
 		return exitUsage
 	}
-	mode, ok := progressMode(o.progress, c.errw)
-	if !ok {
-		fmt.Fprintf(c.errw, "etlctl jobs submit: --progress must be auto, bar, plain or none\n")
-		return exitUsage
-	}
-	if o.maxBadRecords < 0 || o.partSize < 0 {
-		fmt.Fprintf(c.errw, "etlctl jobs submit: --max-bad-records and --part-size must not be negative\n")
-		return exitUsage
-	}
-	var src io.Reader = c.in
-	var size int64
-	if o.file != "" && o.file != "-" {
-		f, err := os.Open(o.file)
-		if err != nil {
-			fmt.Fprintf(c.errw, "etlctl jobs submit: read input: %v\n", err)
-			return exitUsage
-		}
-		defer f.Close()
-		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
-			size = st.Size()
-		}
-		src = f
-	}
+	defer p.close()
 	ctx, stop := signalContext()
 	defer stop()
-	upload := format == client.FormatJSONLines || o.resume != "" || o.maxBadRecords != 0 || o.partSize != 0 || o.gzip
-	if !upload {
-		head, err := io.ReadAll(io.LimitReader(src, singleRequestBytes+1))
+	if !o.viaUpload(p.format) {
+		head, err := io.ReadAll(io.LimitReader(p.src, singleRequestBytes+1))
 		if err != nil {
 			fmt.Fprintf(c.errw, "etlctl jobs submit: read input: %v\n", err)
 			return exitUsage
@@ -109,37 +146,69 @@ func (c *jobsCmd) submitPayload(cl *client.Client, o payloadOptions) int {
 				c.showSubmission(sub)
 				return exitOK
 			}
-			var p *client.Error
-			if !errors.As(err, &p) || (p.Code != client.CodePayloadTooLarge && p.Code != client.CodeBatchTooLarge) {
+			var pe *client.Error
+			if !errors.As(err, &pe) || (pe.Code != client.CodePayloadTooLarge && pe.Code != client.CodeBatchTooLarge) {
 				return c.fail(err)
 			}
-			src, size = bytes.NewReader(head), int64(len(head))
+			p.src, p.size = bytes.NewReader(head), int64(len(head))
 		} else {
-			src = io.MultiReader(bytes.NewReader(head), src)
+			p.src = io.MultiReader(bytes.NewReader(head), p.src)
 		}
 	}
-	return c.upload(ctx, cl, src, size, format, mode, o)
+	return c.upload(ctx, cl, p, o)
 }
 
-// upload sends src through a resumable upload and prints the job. An
-// interruption prints the command that resumes it.
-func (c *jobsCmd) upload(ctx context.Context, cl *client.Client, src io.Reader, size int64, format client.UploadFormat, mode string, o payloadOptions) int {
-	m := newMeter(c.errw, mode)
-	opts := client.UploadOptions{Format: format, PartSize: o.partSize, Gzip: o.gzip, Size: size, UploadID: o.resume,
-		Key: o.key, MaxBadRecords: o.maxBadRecords,
-		Progress: func(p client.UploadProgress) {
-			m.show(uploadLine(p, time.Since(m.start)), p.Total >= 0 && p.Bytes == p.Total)
-		}}
-	if mode == progressNone {
-		opts.Progress = nil
+// replayPayload replays job o.replayOf: a chunked job (one that reports
+// progress), or with upload flags or a JSON Lines file, through an upload
+// with replayOf; any other with the payload in one request, as before.
+func (c *jobsCmd) replayPayload(cl *client.Client, o payloadOptions) int {
+	p, ok := c.openPayload(o)
+	if !ok {
+		return exitUsage
 	}
-	sub, err := cl.Upload(ctx, src, opts)
+	defer p.close()
+	ctx, stop := signalContext()
+	defer stop()
+	if !o.viaUpload(p.format) {
+		j, err := cl.Get(ctx, o.replayOf)
+		if err != nil {
+			return c.fail(err)
+		}
+		if j.Progress == nil {
+			body, err := io.ReadAll(p.src)
+			if err != nil {
+				fmt.Fprintf(c.errw, "etlctl jobs replay: read input: %v\n", err)
+				return exitUsage
+			}
+			sub, err := cl.Replay(ctx, o.replayOf, body, o.key)
+			if err != nil {
+				return c.fail(err)
+			}
+			c.showSubmission(sub)
+			return exitOK
+		}
+	}
+	return c.upload(ctx, cl, p, o)
+}
+
+// upload sends the payload through a resumable upload and prints the job.
+// An interruption prints the command that resumes it.
+func (c *jobsCmd) upload(ctx context.Context, cl *client.Client, p payloadSource, o payloadOptions) int {
+	m := newMeter(c.errw, p.mode)
+	opts := client.UploadOptions{Format: p.format, PartSize: o.partSize, Gzip: o.gzip, Size: p.size, UploadID: o.resume,
+		Key: o.key, MaxBadRecords: o.maxBadRecords, ReplayOf: o.replayOf}
+	if p.mode != progressNone {
+		opts.Progress = func(u client.UploadProgress) {
+			m.show(uploadLine(u, time.Since(m.start)), u.Total >= 0 && u.Bytes == u.Total)
+		}
+	}
+	sub, err := cl.Upload(ctx, p.src, opts)
 	m.end()
 	if err != nil {
 		status := c.fail(err)
 		var ue *client.UploadError
 		if errors.As(err, &ue) {
-			fmt.Fprintf(c.errw, "etlctl jobs submit: the upload is kept until it expires; resume it with: %s\n", resumeLine(o, ue))
+			fmt.Fprintf(c.errw, "etlctl jobs %s: the upload is kept until it expires; resume it with: %s\n", c.name, resumeLine(o, ue))
 		}
 		return status
 	}
@@ -150,6 +219,9 @@ func (c *jobsCmd) upload(ctx context.Context, cl *client.Client, src io.Reader, 
 // resumeLine is the command that resumes the interrupted upload of ue.
 func resumeLine(o payloadOptions, ue *client.UploadError) string {
 	args := []string{"etlctl jobs submit"}
+	if o.replayOf != "" {
+		args = []string{"etlctl jobs replay " + shellQuote(o.replayOf)}
+	}
 	if o.file != "" && o.file != "-" {
 		args = append(args, "--file "+shellQuote(o.file))
 	}

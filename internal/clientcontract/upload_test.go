@@ -359,3 +359,38 @@ func TestUploadGzipParts(t *testing.T) {
 		t.Fatalf("get after delete: %v", err)
 	}
 }
+
+// TestUploadReplaysACancelledChunkedJob: a cancelled chunked job is
+// replayed by uploading its payload again with ReplayOf: the new job is
+// PENDING with the lineage; other bytes are etl_job_replay_payload_mismatch.
+func TestUploadReplaysACancelledChunkedJob(t *testing.T) {
+	s := newStack(t, false)
+	c := s.client()
+	ctx := ctxT(t, 2*time.Minute)
+	payload := jsonLines(1500)
+	sub, err := c.Upload(ctx, bytes.NewReader(payload), client.UploadOptions{PartSize: uploadPartSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cn, err := c.Cancel(ctx, sub.JobID, ""); err != nil || cn.Job.Status != client.StatusCancelled {
+		t.Fatalf("cancel %+v, %v", cn, err)
+	}
+	other := bytes.Clone(payload)
+	other[5] = 'Z'
+	_, err = c.Upload(ctx, bytes.NewReader(other), client.UploadOptions{PartSize: uploadPartSize, ReplayOf: sub.JobID})
+	var p *client.Error
+	if !errors.As(err, &p) || p.Code != client.CodeReplayPayloadMismatch {
+		t.Fatalf("replay with other bytes: %v", err)
+	}
+	rp, err := c.Upload(ctx, bytes.NewReader(payload), client.UploadOptions{PartSize: uploadPartSize, ReplayOf: sub.JobID})
+	if err != nil || rp.JobID == sub.JobID || rp.Status != client.StatusPending {
+		t.Fatalf("replay %+v, %v", rp, err)
+	}
+	j, err := c.Get(ctx, rp.JobID)
+	if err != nil || j.ReplaySourceID != sub.JobID || j.ReplayGeneration != 1 || j.Progress == nil || j.Progress.PayloadBytes != int64(len(payload)) {
+		t.Fatalf("replay job %+v, %v", j, err)
+	}
+	if kind, _ := s.chunkedManifest(rp.JobID); kind != "etl_chunked" {
+		t.Fatalf("replay job kind %q", kind)
+	}
+}
