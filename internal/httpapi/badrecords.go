@@ -36,22 +36,11 @@ func (a *api) badRecords(w http.ResponseWriter, r *http.Request, principal strin
 	}
 	q := parseQuery(r.URL.RawQuery)
 	req := intake.BadRecordsRequest{Principal: principal, JobID: id}
-	if s, present, ok := q.single("limit"); !ok {
-		writeProblem(w, r, codes.InvalidPageLimit)
+	if req.Limit, ok = q.pageLimit(w, r); !ok {
 		return
-	} else if present {
-		n, ok := parseLimit(s)
-		if !ok {
-			writeProblem(w, r, codes.InvalidPageLimit)
-			return
-		}
-		req.Limit = n
 	}
-	if s, present, ok := q.single("cursor"); !ok || (present && s == "") {
-		writeProblem(w, r, codes.InvalidPageCursor)
+	if req.Cursor, ok = q.pageCursor(w, r); !ok {
 		return
-	} else {
-		req.Cursor = s
 	}
 	res, err := a.opts.Service.BadRecords(r.Context(), req)
 	if err != nil {
@@ -71,4 +60,30 @@ func (a *api) badRecords(w http.ResponseWriter, r *http.Request, principal strin
 		w.Header().Set("Link", "<"+jobsPath+"/"+id.String()+"/bad-records?"+next.Encode()+`>; rel="next"`)
 	}
 	writeJSON(w, http.StatusOK, body)
+}
+
+// pageLimit is a keyset page's limit parameter: 0 when absent, else the
+// canonical 1..100 (parseLimit); a repeated, malformed or out-of-range one
+// is answered 400 etl_invalid_job_page_limit and ok is false.
+func (q query) pageLimit(w http.ResponseWriter, r *http.Request) (limit int, ok bool) {
+	s, present, ok := q.single("limit")
+	if ok && present {
+		limit, ok = parseLimit(s)
+	}
+	if !ok {
+		writeProblem(w, r, codes.InvalidPageLimit)
+	}
+	return limit, ok
+}
+
+// pageCursor is a keyset page's cursor parameter: "" when absent; a
+// repeated, malformed or empty one is answered 400
+// etl_invalid_job_page_cursor and ok is false.
+func (q query) pageCursor(w http.ResponseWriter, r *http.Request) (cursor string, ok bool) {
+	s, present, ok := q.single("cursor")
+	if !ok || (present && s == "") {
+		writeProblem(w, r, codes.InvalidPageCursor)
+		return "", false
+	}
+	return s, true
 }

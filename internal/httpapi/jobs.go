@@ -280,16 +280,9 @@ func parseLimit(s string) (int, bool) {
 func (a *api) list(w http.ResponseWriter, r *http.Request, principal string) {
 	q := parseQuery(r.URL.RawQuery)
 	req := intake.ListRequest{Principal: principal}
-	if s, present, ok := q.single("limit"); !ok {
-		writeProblem(w, r, codes.InvalidPageLimit)
+	var ok bool
+	if req.Limit, ok = q.pageLimit(w, r); !ok {
 		return
-	} else if present {
-		n, ok := parseLimit(s)
-		if !ok {
-			writeProblem(w, r, codes.InvalidPageLimit)
-			return
-		}
-		req.Limit = n
 	}
 	if s, present, ok := q.single("status"); !ok || (present && !intake.ValidStatus(s)) {
 		writeProblem(w, r, codes.InvalidStatusFilter)
@@ -297,11 +290,8 @@ func (a *api) list(w http.ResponseWriter, r *http.Request, principal string) {
 	} else {
 		req.Status = s
 	}
-	if s, present, ok := q.single("cursor"); !ok || (present && s == "") {
-		writeProblem(w, r, codes.InvalidPageCursor)
+	if req.Cursor, ok = q.pageCursor(w, r); !ok {
 		return
-	} else {
-		req.Cursor = s
 	}
 	res, err := a.opts.Service.List(r.Context(), req)
 	if err != nil {
