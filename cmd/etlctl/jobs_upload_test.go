@@ -118,12 +118,15 @@ func TestJobsSubmitLargeFile(t *testing.T) {
 		t.Fatalf("job %+v (progress %+v), %v", j, j.Progress, err)
 	}
 
-	// wait shows the load's progress from the job's representation: one
-	// line per new state with --progress plain (the job may still be
-	// loading when the timeout ends the wait).
-	out, errOut, code = d.run(t, "", "jobs", "wait", sub.JobID, "--timeout", "5s", "--progress", "plain", "-o", "json")
-	if (code != 0 && code != 4) || !regexp.MustCompile(`(?m)^(PENDING|RUNNING|SUCCEEDED) .*\d+ chunks, .*records/s`).MatchString(errOut) {
+	// wait shows the load's progress from the job's representation, one
+	// line per new state with --progress plain, until the job succeeds
+	// with every record loaded.
+	out, errOut, code = d.run(t, "", "jobs", "wait", sub.JobID, "--timeout", "2m", "--progress", "plain", "-o", "json")
+	if code != 0 || !regexp.MustCompile(`(?m)^SUCCEEDED .*\b15000 .*records.*, \d+ chunks, .*records/s`).MatchString(errOut) {
 		t.Fatalf("wait: %d %q %q", code, out, errOut)
+	}
+	if err := json.Unmarshal([]byte(out), &j); err != nil || j.Progress == nil || j.Progress.RecordsLoaded != 15000 {
+		t.Fatalf("wait printed %q (%v)", out, err)
 	}
 
 	// Cut part 3: every retry of it fails, the command exits 5 and says how

@@ -394,3 +394,53 @@ func TestUploadReplaysACancelledChunkedJob(t *testing.T) {
 		t.Fatalf("replay job kind %q", kind)
 	}
 }
+
+// TestUploadedJobLoads: with a worker, a JSON Lines upload with two bad
+// lines under MaxBadRecords 2 succeeds: Watch sees the progress, the job
+// reports every good record loaded and the two bad ones, BadRecords lists
+// their line numbers (never their content), and the target holds each
+// good record once, visible.
+func TestUploadedJobLoads(t *testing.T) {
+	s := newStack(t, true)
+	c := s.client()
+	ctx := ctxT(t, 3*time.Minute)
+	payload := jsonLines(3000)
+	lines := bytes.SplitAfter(payload, []byte("\n"))
+	lines[99] = []byte("{\"id\":\"bad-100\",\"amount\":\"1e3\"}\n") // line 100: an invalid amount
+	lines[1999] = []byte("not json\n")                              // line 2000: malformed
+	payload = bytes.Join(lines, nil)
+	sub, err := c.Upload(ctx, bytes.NewReader(payload), client.UploadOptions{PartSize: uploadPartSize, MaxBadRecords: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var states int
+	j, err := c.Watch(ctx, sub.JobID, func(j *client.Job) {
+		if j.Progress == nil {
+			t.Errorf("a chunked job's state without progress: %+v", j)
+		}
+		states++
+	})
+	if err != nil || j.Status != client.StatusSucceeded || states == 0 {
+		t.Fatalf("job %+v (%d states), %v", j, states, err)
+	}
+	if p := j.Progress; p.RecordsLoaded != 2998 || p.BadRecords != 2 || p.ChunksDone < 1 || p.LastCheckpointAt == nil ||
+		p.PayloadBytes != int64(len(payload)) || p.FailedRecordNumber != nil {
+		t.Fatalf("progress %+v", *p)
+	}
+	page, err := c.BadRecords(ctx, sub.JobID, 1, "")
+	if err != nil || len(page.Records) != 1 || page.Records[0].RecordNumber != 100 || page.NextCursor == "" {
+		t.Fatalf("bad records page 1: %+v, %v", page, err)
+	}
+	page, err = c.BadRecords(ctx, sub.JobID, 1, page.NextCursor)
+	if err != nil || len(page.Records) != 1 || page.Records[0].RecordNumber != 2000 || page.Records[0].Code == "" {
+		t.Fatalf("bad records page 2: %+v, %v", page, err)
+	}
+	var rows, distinct int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT data) FROM processed_data_visible WHERE job_record_id = $1`,
+		sub.JobID).Scan(&rows, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 2998 || distinct != 2998 {
+		t.Fatalf("visible rows %d (%d distinct), want 2998", rows, distinct)
+	}
+}
