@@ -164,17 +164,18 @@ func (a *api) opsJob(w http.ResponseWriter, r *http.Request, _ console.Operator)
 	}
 	out := struct {
 		opsJob
-		PayloadDigestTag  string     `json:"payloadDigestTag"`
-		RecordCount       *int       `json:"recordCount,omitempty"`
-		LeaseOwnerID      *string    `json:"leaseOwnerId,omitempty"`
-		LeaseExpiresAt    *time.Time `json:"leaseExpiresAt,omitempty"`
-		LeaseFencingToken *int64     `json:"leaseFencingToken,omitempty"`
-		DatabaseNow       time.Time  `json:"databaseNow"`
-		Lineage           *lineage   `json:"lineage,omitempty"`
-		Children          []opsJob   `json:"replays"`
+		PayloadDigestTag  string       `json:"payloadDigestTag"`
+		RecordCount       *int         `json:"recordCount,omitempty"`
+		LeaseOwnerID      *string      `json:"leaseOwnerId,omitempty"`
+		LeaseExpiresAt    *time.Time   `json:"leaseExpiresAt,omitempty"`
+		LeaseFencingToken *int64       `json:"leaseFencingToken,omitempty"`
+		DatabaseNow       time.Time    `json:"databaseNow"`
+		Lineage           *lineage     `json:"lineage,omitempty"`
+		Children          []opsJob     `json:"replays"`
+		Progress          *opsProgress `json:"progress,omitempty"`
 	}{opsJob: toOpsJob(d.OpsJob), PayloadDigestTag: d.PayloadDigestTag, RecordCount: d.RecordCount,
 		LeaseOwnerID: d.LeaseOwnerID, LeaseExpiresAt: d.LeaseExpiresAt, LeaseFencingToken: d.LeaseFencingToken,
-		DatabaseNow: d.DatabaseNow.UTC(), Children: []opsJob{}}
+		DatabaseNow: d.DatabaseNow.UTC(), Children: []opsJob{}, Progress: toOpsProgress(d.Progress)}
 	if d.Lineage != nil {
 		out.Lineage = &lineage{Source: d.Lineage.SourceJobID.String(), Root: d.Lineage.RootJobID.String(), Generation: d.Lineage.Generation}
 	}

@@ -75,6 +75,20 @@ func TestChunkedJobProgress(t *testing.T) {
 	if r, _ := get(r2.Header.Get("ETag")); r.Status != 304 {
 		t.Errorf("unchanged after the chunk: %d", r.Status)
 	}
+	// The operator's view adds the load's state, allowance and byte position.
+	var ops struct {
+		Progress struct {
+			RecordsLoaded int64  `json:"recordsLoaded"`
+			BytesDone     *int64 `json:"bytesDone"`
+			LoadState     string `json:"loadState"`
+			MaxBadRecords *int64 `json:"maxBadRecords"`
+		} `json:"progress"`
+	}
+	e.do(req{Method: "GET", Path: "/api/ops/jobs/" + id.String(), Principal: "operator"}).json(t, &ops)
+	if p := ops.Progress; p.RecordsLoaded != 9999 || p.BytesDone == nil || *p.BytesDone != 1<<20 || p.LoadState != "LOADING" ||
+		p.MaxBadRecords == nil || *p.MaxBadRecords != 0 {
+		t.Errorf("operator's progress: %+v", p)
+	}
 	var page struct {
 		Jobs []json.RawMessage `json:"jobs"`
 	}
@@ -224,5 +238,7 @@ func openAPIChunkedCases(t *testing.T, e *env) []req {
 		{Method: "GET", Path: path + "/bad-records?cursor=x", Principal: "alice"},
 		{Method: "GET", Path: path + "/bad-records", Principal: "bob"},
 		{Method: "GET", Path: path + "/bad-records"},
+		{Method: "GET", Path: "/api/ops/jobs/" + id.String(), Principal: "operator"},
+		{Method: "GET", Path: "/api/ops/jobs/" + running.String(), Principal: "operator"},
 	}
 }
