@@ -268,3 +268,41 @@ func TestChunkedJobPastItsMaximumDurationFails(t *testing.T) {
 		t.Fatalf("rows %d visible %d state %s chunks %d", rows, visible, state, chunks)
 	}
 }
+
+// A worker stopping while a chunked job loads cancels the chunk in flight
+// after its grace period (nothing of it commits) and releases the job; the
+// next worker resumes at the committed checkpoint and loads each record
+// once.
+func TestShutdownReleasesAChunkedJobAtItsCheckpoint(t *testing.T) {
+	t.Parallel()
+	db, url := pgtest.NewDatabase(t)
+	const n = 20
+	job, _ := pgtest.InsertChunkedUpload(t, db, pgtest.ChunkedUpload{Parts: thirds(jsonl(n))})
+	reached := make(chan struct{})
+	var once sync.Once
+	a := newChunkedWorkerWith(t, url, "chunked-worker-a", func(c *worker.Config) { c.ShutdownGrace = 100 * time.Millisecond },
+		worker.ChunkedTestHooks{InChunkTx: func(ctx context.Context, chunk int64) {
+			if chunk == 2 {
+				once.Do(func() { close(reached) })
+				<-ctx.Done() // held until the shutdown cancels the handler
+			}
+		}})
+	a.start(t)
+	receive(t, time.Minute, "chunk 2 never started", reached)
+	if err := a.w.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.outcome(metrics.OutcomeReleased); got != 1 {
+		t.Fatalf("released %v, want 1", got)
+	}
+	wantJob(t, db, job, pg.StatusPending, 0)
+	if rows, visible, _, state, chunks, _ := loadCounts(t, db, job); rows != 4 || visible != 0 || state != "LOADING" || chunks != 1 {
+		t.Fatalf("after the release: rows %d visible %d state %s chunks %d", rows, visible, state, chunks)
+	}
+	b := newChunkedWorker(t, url, "chunked-worker-b", 2, worker.ChunkedTestHooks{})
+	b.start(t)
+	b.awaitOutcome(t, time.Minute, "the resumed success", metrics.OutcomeSucceeded, 1)
+	if rows, visible, distinct, _, _, _ := loadCounts(t, db, job); rows != n || visible != n || distinct != n {
+		t.Fatalf("rows %d visible %d distinct %d", rows, visible, distinct)
+	}
+}
