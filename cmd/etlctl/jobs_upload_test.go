@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -192,8 +193,55 @@ func TestJobsSubmitLargeFile(t *testing.T) {
 		t.Fatalf("replay job %+v, %v", j, err)
 	}
 
+	// The README's "Loading a large file" lines, in a shell as shown, with
+	// the test's binary for bin/etlctl and big.jsonl in the directory.
+	submitLine, waitLine := readmeLargeFileLines(t)
+	sh := func(line string) (string, error) {
+		cmd := exec.Command("sh", "-c", d.exportLine+"\n"+d.local(line))
+		cmd.Dir = filepath.Dir(path)
+		b, err := cmd.CombinedOutput()
+		return string(b), err
+	}
+	out, err = sh(submitLine + " -o table")
+	rows := strings.Split(strings.TrimSpace(out), "\n")
+	if err != nil || len(rows) != 2 || !strings.HasPrefix(rows[0], "JOB ID") {
+		t.Fatalf("README submit line: %v\n%s", err, out)
+	}
+	out, err = sh(strings.Replace(waitLine, "<JOB ID printed by submit>", strings.Fields(rows[1])[0], 1) + " -o table")
+	if err != nil || !strings.Contains(out, "SUCCEEDED") {
+		t.Fatalf("README wait line: %v\n%s", err, out)
+	}
+
 	_, errOut, code = d.run(t, "", "jobs", "submit", "--jsonl", "--gzip", "--file", path)
 	if code != 2 || !strings.Contains(errOut, "--jsonl (one job per line) takes no --gzip") {
 		t.Fatalf("--jsonl with --gzip: %d %q", code, errOut)
 	}
+}
+
+// readmeLargeFileLines returns the submit and wait lines of the README's
+// "Loading a large file" section.
+func readmeLargeFileLines(t *testing.T) (submit, wait string) {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n## Loading a large file\n")
+	if !ok {
+		t.Fatal(`README.md has no "## Loading a large file" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	for _, l := range strings.Split(section, "\n") {
+		l, _, _ = strings.Cut(l, " # ")
+		switch l = strings.TrimSpace(l); {
+		case strings.Contains(l, " jobs submit --file big.jsonl"):
+			submit = l
+		case strings.Contains(l, " jobs wait <JOB ID printed by submit>"):
+			wait = l
+		}
+	}
+	if submit == "" || wait == "" {
+		t.Fatalf("the README's large-file section shows no `jobs submit --file big.jsonl` or `jobs wait` line: %q", section)
+	}
+	return submit, wait
 }

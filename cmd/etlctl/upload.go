@@ -123,10 +123,9 @@ func (c *jobsCmd) openPayload(o payloadOptions) (payloadSource, bool) {
 	return p, true
 }
 
-// submitPayload submits one payload: a JSON array of at most
-// singleRequestBytes in one request, anything else (JSON Lines, a larger
-// array, or with an upload flag) through a resumable upload.
-func (c *jobsCmd) submitPayload(cl *client.Client, o payloadOptions) int {
+// withPayload opens o's payload and runs f on it under a context that
+// SIGINT and SIGTERM cancel.
+func (c *jobsCmd) withPayload(o payloadOptions, f func(context.Context, payloadSource) int) int {
 	p, ok := c.openPayload(o)
 	if !ok {
 		return exitUsage
@@ -134,61 +133,65 @@ func (c *jobsCmd) submitPayload(cl *client.Client, o payloadOptions) int {
 	defer p.close()
 	ctx, stop := signalContext()
 	defer stop()
-	if !o.viaUpload(p.format) {
-		head, err := io.ReadAll(io.LimitReader(p.src, singleRequestBytes+1))
-		if err != nil {
-			fmt.Fprintf(c.errw, "etlctl jobs submit: read input: %v\n", err)
-			return exitUsage
-		}
-		if len(head) <= singleRequestBytes {
-			sub, err := cl.Submit(ctx, head, o.key)
-			if err == nil {
-				c.showSubmission(sub)
-				return exitOK
+	return f(ctx, p)
+}
+
+// submitPayload submits one payload: a JSON array of at most
+// singleRequestBytes in one request, anything else (JSON Lines, a larger
+// array, or with an upload flag) through a resumable upload.
+func (c *jobsCmd) submitPayload(cl *client.Client, o payloadOptions) int {
+	return c.withPayload(o, func(ctx context.Context, p payloadSource) int {
+		if !o.viaUpload(p.format) {
+			head, err := io.ReadAll(io.LimitReader(p.src, singleRequestBytes+1))
+			if err != nil {
+				fmt.Fprintf(c.errw, "etlctl jobs submit: read input: %v\n", err)
+				return exitUsage
 			}
-			var pe *client.Error
-			if !errors.As(err, &pe) || (pe.Code != client.CodePayloadTooLarge && pe.Code != client.CodeBatchTooLarge) {
-				return c.fail(err)
+			if len(head) <= singleRequestBytes {
+				sub, err := cl.Submit(ctx, head, o.key)
+				if err == nil {
+					c.showSubmission(sub)
+					return exitOK
+				}
+				var pe *client.Error
+				if !errors.As(err, &pe) || (pe.Code != client.CodePayloadTooLarge && pe.Code != client.CodeBatchTooLarge) {
+					return c.fail(err)
+				}
+				p.src, p.size = bytes.NewReader(head), int64(len(head))
+			} else {
+				p.src = io.MultiReader(bytes.NewReader(head), p.src)
 			}
-			p.src, p.size = bytes.NewReader(head), int64(len(head))
-		} else {
-			p.src = io.MultiReader(bytes.NewReader(head), p.src)
 		}
-	}
-	return c.upload(ctx, cl, p, o)
+		return c.upload(ctx, cl, p, o)
+	})
 }
 
 // replayPayload replays job o.replayOf: a chunked job (one that reports
 // progress), or with upload flags or a JSON Lines file, through an upload
 // with replayOf; any other with the payload in one request, as before.
 func (c *jobsCmd) replayPayload(cl *client.Client, o payloadOptions) int {
-	p, ok := c.openPayload(o)
-	if !ok {
-		return exitUsage
-	}
-	defer p.close()
-	ctx, stop := signalContext()
-	defer stop()
-	if !o.viaUpload(p.format) {
-		j, err := cl.Get(ctx, o.replayOf)
-		if err != nil {
-			return c.fail(err)
-		}
-		if j.Progress == nil {
-			body, err := io.ReadAll(p.src)
-			if err != nil {
-				fmt.Fprintf(c.errw, "etlctl jobs replay: read input: %v\n", err)
-				return exitUsage
-			}
-			sub, err := cl.Replay(ctx, o.replayOf, body, o.key)
+	return c.withPayload(o, func(ctx context.Context, p payloadSource) int {
+		if !o.viaUpload(p.format) {
+			j, err := cl.Get(ctx, o.replayOf)
 			if err != nil {
 				return c.fail(err)
 			}
-			c.showSubmission(sub)
-			return exitOK
+			if j.Progress == nil {
+				body, err := io.ReadAll(p.src)
+				if err != nil {
+					fmt.Fprintf(c.errw, "etlctl jobs replay: read input: %v\n", err)
+					return exitUsage
+				}
+				sub, err := cl.Replay(ctx, o.replayOf, body, o.key)
+				if err != nil {
+					return c.fail(err)
+				}
+				c.showSubmission(sub)
+				return exitOK
+			}
 		}
-	}
-	return c.upload(ctx, cl, p, o)
+		return c.upload(ctx, cl, p, o)
+	})
 }
 
 // upload sends the payload through a resumable upload and prints the job.
