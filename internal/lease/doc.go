@@ -5,10 +5,12 @@
 // database clock, plus a monotonic lease_fencing_token that external sinks can
 // compare. The invariants this package keeps (design.md section 4):
 //
-//  1. Only Claim establishes ownership. It sets a new claim id, the owner, an
-//     expiry from clock_timestamp() and a new fencing token from a sequence.
-//  2. Every later write (Renew, Succeed, Retry, Fail, Release) is one
-//     conditional statement whose predicate is the whole exact lease:
+//  1. Only a claim (ClaimJobs, ClaimChunkedJobs) establishes ownership. It
+//     sets a new claim id, the owner, an expiry from clock_timestamp() and a
+//     new fencing token from a sequence.
+//  2. Every later write (Renew, Succeed, Retry, Fail, Release, and for
+//     chunked jobs FenceChunk, CheckpointChunk, SucceedChunked, FailChunked)
+//     is one conditional statement whose predicate is the whole exact lease:
 //     job_record_id, job_status = 'RUNNING', lease_claim_id, lease_owner_id and
 //     lease_expires_at > clock_timestamp(). Zero rows means the caller lost
 //     authority: the functions return ErrLost (or report the claim as lost) and

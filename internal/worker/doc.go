@@ -14,8 +14,17 @@
 //	              for a claim cancels its handler (ErrLeaseLost); database errors are retried only
 //	              while the worker's own conservative view of the lease leaves time (fail closed)
 //
+// Chunked (large) jobs, kind etl_chunked, run on a second set of the same
+// roles with a claim set of their own (chunkedRoles, Config.ChunkedSlots
+// slots), so the small-job path is unchanged: a Producer claiming with
+// lease.ClaimChunkedJobs, an ExecutorPool whose handler loads the job chunk
+// by chunk (chunked.Loader: one fenced transaction per chunk) and which
+// settles by lease.SucceedChunked and lease.FailChunked, a Renewer, and a
+// purger that removes a failed or cancelled job's staged rows and a
+// terminal job's stored payload in bounded batches.
+//
 // Stop runs the roles' Stops in order: the producer stops claiming; the
-// executor pool waits up to ShutdownGrace for running handlers while
+// executor pools wait (together) up to ShutdownGrace for running handlers while
 // renewals continue, cancels the rest (ErrShutdown) and Releases their
 // claims; then the renewer and the completer stop. Renewal never runs for a
 // claim the worker has abandoned.
