@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -114,6 +116,28 @@ func TestPayloadFormat(t *testing.T) {
 	} {
 		if got, ok := payloadFormat(tt.flag, tt.file); got != tt.want || ok != tt.ok {
 			t.Errorf("payloadFormat(%q, %q) = %q, %v", tt.flag, tt.file, got, ok)
+		}
+	}
+}
+
+// TestResumable: an interrupted upload is worth resuming unless it is gone,
+// expired, too large or not the source's.
+func TestResumable(t *testing.T) {
+	wrap := func(err error) error { return &client.UploadError{UploadID: "u", Err: err} }
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{wrap(context.Canceled), true},
+		{wrap(&client.Error{Code: client.CodeUploadDigestMismatch, Status: 400}), true},
+		{wrap(&client.Error{Code: client.CodeTargetUnavailable, Status: 503}), true},
+		{wrap(&client.Error{Code: client.CodeUploadExpired, Status: 410}), false},
+		{wrap(&client.Error{Code: client.CodeUploadNotFound, Status: 404}), false},
+		{wrap(&client.Error{Code: client.CodeUploadTooLarge, Status: 413}), false},
+		{wrap(fmt.Errorf("part 9: %w", client.ErrUploadSourceMismatch)), false},
+	} {
+		if got := resumable(tt.err); got != tt.want {
+			t.Errorf("resumable(%v) = %v, want %v", tt.err, got, tt.want)
 		}
 	}
 }

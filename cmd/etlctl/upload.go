@@ -210,13 +210,32 @@ func (c *jobsCmd) upload(ctx context.Context, cl *client.Client, p payloadSource
 	if err != nil {
 		status := c.fail(err)
 		var ue *client.UploadError
-		if errors.As(err, &ue) {
+		switch {
+		case !errors.As(err, &ue):
+		case !resumable(err):
+			fmt.Fprintf(c.errw, "etlctl jobs %s: resuming cannot help; run the command without --resume to start a new upload\n", c.name)
+		default:
 			fmt.Fprintf(c.errw, "etlctl jobs %s: the upload is kept until it expires; resume it with: %s\n", c.name, resumeLine(o, ue))
 		}
 		return status
 	}
 	c.showSubmission(sub)
 	return exitOK
+}
+
+// resumable reports whether resuming the upload that failed with err may
+// succeed: not when the upload is gone or expired, too large, or does not
+// hold this source.
+func resumable(err error) bool {
+	if errors.Is(err, client.ErrUploadSourceMismatch) {
+		return false
+	}
+	for _, code := range []client.ErrorCode{client.CodeUploadNotFound, client.CodeUploadExpired, client.CodeUploadTooLarge} {
+		if errors.Is(err, &client.Error{Code: code}) {
+			return false
+		}
+	}
+	return true
 }
 
 // resumeLine is the command that resumes the interrupted upload of ue.
