@@ -176,6 +176,11 @@ func SubmitUpload(ctx context.Context, db UploadDB, p SubmitUploadParams) (Submi
 		case err != nil:
 			return SubmitUploadOutcome{}, fmt.Errorf("submit upload: read upload: %w", err)
 		case u.State != UploadOpen:
+			// A concurrent submission with this key may have won it since
+			// the first look.
+			if out, done, err := existingSubmission(ctx, db, p); done || err != nil {
+				return out, err
+			}
 			return SubmitUploadOutcome{}, ErrUploadSubmitted
 		case u.Expired:
 			return SubmitUploadOutcome{}, ErrUploadExpired
