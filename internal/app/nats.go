@@ -19,9 +19,10 @@ func NATSConn(n config.NATS, name string) events.Options {
 // BridgeOptions translates the NATS settings n into the options of a
 // bridge whose connection is named name: the connection, the subject
 // prefix, the relay's poll interval and batch size, and, when
-// n.RequestsEnabled, the request consumer with its concurrency, deliveries
-// and stream limits, each message capped at maxRequestBytes (the intake's
-// payload limit). The caller sets Pool, Service, Registry and Log.
+// n.RequestsEnabled, the request consumer with its concurrency, deliveries,
+// stream limits and Object Store ingests, each message capped at
+// maxRequestBytes (the intake's payload limit). The caller sets Pool,
+// Service, Registry and Log.
 func BridgeOptions(n config.NATS, name string, maxRequestBytes int) natsbridge.Options {
 	return natsbridge.Options{
 		Conn:            NATSConn(n, name),
@@ -36,5 +37,6 @@ func BridgeOptions(n config.NATS, name string, maxRequestBytes int) natsbridge.O
 			StreamMaxPerPrincipal: int64(n.RequestsMaxPerPrincipal),
 			StreamReplicas:        n.StreamReplicas,
 		},
+		ObjectIngests: n.ObjectIngests,
 	}
 }

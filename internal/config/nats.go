@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mightyetl/mightyetl/internal/events"
+	"github.com/mightyetl/mightyetl/internal/natsbridge"
 	"github.com/mightyetl/mightyetl/internal/outbox"
 )
 
@@ -64,6 +65,12 @@ type NATS struct {
 	// it). More than 1 needs a JetStream cluster of at least that many
 	// servers; every process must carry the same value.
 	StreamReplicas int
+	// ObjectIngests is MIGHTYETL_NATS_OBJECT_INGESTS, default 1
+	// (natsbridge.DefaultObjectIngests), in [1, 64]: Object Store objects
+	// the request consumer streams into PostgreSQL at once; an object
+	// request that finds them all busy is redelivered later, so large
+	// objects never take the handlers small requests need.
+	ObjectIngests int
 }
 
 // Enabled reports whether a NATS server is configured.
@@ -100,6 +107,8 @@ func RegisterNATS(l *Loader, dst *NATS) {
 		events.DefaultRequestMaxDeliveries, 1, 1000, "deliveries of a request that keeps failing before it is rejected")
 	l.Int(&dst.StreamReplicas, "MIGHTYETL_NATS_STREAM_REPLICAS", "nats-stream-replicas",
 		1, 1, events.MaxStreamReplicas, "replicas of the request and lifecycle streams (more than 1 needs a JetStream cluster)")
+	l.Int(&dst.ObjectIngests, "MIGHTYETL_NATS_OBJECT_INGESTS", "nats-object-ingests",
+		natsbridge.DefaultObjectIngests, 1, 64, "Object Store objects the request consumer streams into PostgreSQL at once")
 }
 
 // Validate checks what spans several NATS settings: the client certificate

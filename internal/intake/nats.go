@@ -35,13 +35,8 @@ type NATSRequests struct {
 // rejection); an unavailable database returns an error (the consumer
 // redelivers later); success returns the job representation.
 func (n NATSRequests) HandleRequest(ctx context.Context, principal, idempotencyKey string, body []byte) ([]byte, string, error) {
-	key := idempotencyKey
-	// Same format rules as the HTTP header: raw, or an RFC 9651 sf-string
-	// (the key alphabet has no characters that need escaping).
-	if len(key) >= 2 && key[0] == '"' && key[len(key)-1] == '"' {
-		key = key[1 : len(key)-1]
-	}
-	if !ValidKey(key) {
+	key, ok := natsKey(idempotencyKey)
+	if !ok {
 		return nil, codes.InvalidIdempotencyKey, nil
 	}
 	kind := n.Kind
@@ -49,6 +44,23 @@ func (n NATSRequests) HandleRequest(ctx context.Context, principal, idempotencyK
 		kind = pg.KindETLRecords
 	}
 	res, err := n.Service.Submit(ctx, SubmitRequest{Principal: principal, IdempotencyKey: key, Body: body, Kind: kind})
+	return natsAnswer(res, err)
+}
+
+// natsKey normalises a request's idempotency key header with the HTTP
+// header's format rules: raw, or an RFC 9651 sf-string (the key alphabet
+// has no characters that need escaping); false when it is not a valid key.
+func natsKey(raw string) (string, bool) {
+	key := raw
+	if len(key) >= 2 && key[0] == '"' && key[len(key)-1] == '"' {
+		key = key[1 : len(key)-1]
+	}
+	return key, ValidKey(key)
+}
+
+// natsAnswer turns a submission's outcome into HandleRequest's results: a
+// rejection's code, an error for a failure to retry, or the reply.
+func natsAnswer(res SubmitResult, err error) ([]byte, string, error) {
 	if err != nil {
 		var e *Error
 		if errors.As(err, &e) && e.Code != codes.TargetUnavailable && e.Code != codes.InternalError {

@@ -45,6 +45,11 @@ type Options struct {
 	// Requests tunes the request consumer; its MaxRequestBytes should be
 	// the intake's payload limit.
 	Requests events.RequestConsumerOptions
+	// ObjectIngests bounds the Object Store objects the request consumer
+	// streams into PostgreSQL at once (MIGHTYETL_NATS_OBJECT_INGESTS); zero
+	// means DefaultObjectIngests. An object request that finds every slot
+	// taken is redelivered later (ErrObjectIngestsBusy).
+	ObjectIngests int
 	// Pool runs the relay's batches.
 	Pool *pgxpool.Pool
 	// Service receives NATS job requests (with ConsumeRequests) and is
@@ -110,8 +115,11 @@ func (b *Bridge) start(ctx context.Context) (startstop.StopFunc, error) {
 	}
 	var consumer *events.RequestConsumer
 	if o.ConsumeRequests && o.Service != nil {
-		consumer, err = events.NewRequestConsumer(nc, o.SubjectPrefix, intake.NATSRequests{Service: o.Service},
-			o.Log, em, o.Requests)
+		var h events.RequestHandler
+		h, err = NewRequestHandler(nc, o.Service, o.SubjectPrefix, o.ObjectIngests)
+		if err == nil {
+			consumer, err = events.NewRequestConsumer(nc, o.SubjectPrefix, h, o.Log, em, o.Requests)
+		}
 		if err == nil {
 			err = consumer.Start(ctx)
 		}
