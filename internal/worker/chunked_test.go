@@ -37,8 +37,9 @@ func newChunkedWorkerWith(t *testing.T, url, owner string, adjust func(*worker.C
 	cfg := fastConfig()
 	cfg.OwnerID = owner
 	cfg.ChunkRecords = 4
-	// Renewal every 100 ms of a 3 s lease: chunk transactions meet it.
-	cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin = 3*time.Second, 100*time.Millisecond, 500*time.Millisecond
+	// Renewal every 100 ms of a 10 s lease: chunk transactions meet it,
+	// and a loaded machine's stalls do not lose it.
+	cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin = 10*time.Second, 100*time.Millisecond, time.Second
 	adjust(&cfg)
 	exec := pgtest.NewPool(t, url, 8)
 	renew := pgtest.NewPool(t, url, 2)
@@ -221,16 +222,26 @@ func TestRenewalDuringAChunkTransactionIsBusyNotLost(t *testing.T) {
 	const n = 12
 	job, _ := pgtest.InsertChunkedUpload(t, db, pgtest.ChunkedUpload{Parts: thirds(jsonl(n))})
 	var sig worker.TestSignals
-	h := newChunkedWorker(t, url, "chunked-worker-1", 2, worker.ChunkedTestHooks{InChunkTx: func(_ context.Context, chunk int64) {
-		if chunk == 2 {
-			// Renew now, on the renewer's goroutine, while this
-			// transaction holds the row.
-			receive(t, time.Minute, "renewal never found the claim busy", sig.RenewBusy)
+	busy := false
+	h := newChunkedWorker(t, url, "chunked-worker-1", 2, worker.ChunkedTestHooks{InChunkTx: func(ctx context.Context, chunk int64) {
+		if chunk != 2 {
+			return
+		}
+		// Wait, holding the row in this transaction, for a renewal round
+		// (on the renewer's goroutine) to find the claim busy.
+		select {
+		case <-sig.RenewBusy:
+			busy = true
+		case <-ctx.Done():
+		case <-time.After(time.Minute):
 		}
 	}})
 	sig = h.sig
 	h.start(t)
 	h.awaitOutcome(t, time.Minute, "the success", metrics.OutcomeSucceeded, 1)
+	if !busy {
+		t.Fatal("renewal never found the claim busy while its chunk transaction held the row")
+	}
 	wantJob(t, db, job, pg.StatusSucceeded, 1)
 	for _, reason := range []string{metrics.LostNotRenewed, metrics.LostMarginGone, metrics.LostFencedWrite} {
 		if got := testutil.ToFloat64(h.m.ClaimsLost.WithLabelValues(reason)); got != 0 {
