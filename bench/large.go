@@ -437,6 +437,12 @@ func (h *harness) largeRun(ctx context.Context, o largeOptions, crash bool) (res
 		return res, err
 	}
 	res.Metrics["intake_rss_peak_mib"] = float64(rss.peak(intake.Pid())) / (1 << 20)
+	if c, err := procCPU(intake.Pid()); err == nil {
+		res.Metrics["intake_cpu_s"] = c.Seconds()
+	}
+	if c, err := procCPU(worker.Pid()); err == nil {
+		res.Metrics["worker_cpu_s"] += c.Seconds()
+	}
 	res.Metrics["worker_rss_peak_mib"] = max(res.Metrics["worker_rss_peak_mib"], float64(rss.peak(worker.Pid()))/(1<<20))
 	if status != "SUCCEEDED" {
 		return res, fmt.Errorf("large job %s with %s (worker: %s)", status, code, worker.Tail(5))
@@ -491,8 +497,18 @@ func (h *harness) largeCrash(ctx context.Context, job uuid.UUID, o largeOptions,
 	}
 	a := *worker
 	res.Metrics["worker_rss_peak_mib"] = float64(rss.peak(a.Pid())) / (1 << 20)
+	if c, err := procCPU(a.Pid()); err == nil {
+		res.Metrics["worker_cpu_s"] = c.Seconds() // the second worker's is added at the end
+	}
 	a.Kill()
+	killed := time.Now()
 	res.Metrics["records_loaded_seen_before_kill"] = float64(loaded)
+	var remaining float64
+	if err := h.pool.QueryRow(ctx, `SELECT coalesce(extract(epoch FROM lease_expires_at - clock_timestamp())::float8, 0)
+		FROM etl_job_records WHERE job_record_id = $1`, job).Scan(&remaining); err != nil {
+		return err
+	}
+	res.Metrics["lease_remaining_at_kill_s"] = remaining
 	b, err := h.startBinary(ctx, "bench-large-b-"+suffix, env...)
 	if err != nil {
 		return err
@@ -527,6 +543,7 @@ func (h *harness) largeCrash(ctx context.Context, job uuid.UUID, o largeOptions,
 		res.Notes = append(res.Notes, "the job finished before the kill landed; no resume measured")
 		return nil
 	}
+	res.Metrics["takeover_s"] = time.Since(killed).Seconds()
 	res.Metrics["resumed_from_records_loaded"] = float64(checkpoint)
 	res.Metrics["resumed_from_chunks_done"] = float64(chunks)
 	res.Metrics["attempt_after_resume"] = float64(attempt)
