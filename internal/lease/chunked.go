@@ -25,7 +25,8 @@ import (
 
 // claimChunkedSQL takes up to $1 chunked jobs in one statement.
 //
-// Candidates are the rows of etl_chunked_job_queue, oldest first (the queue
+// Candidates are the rows of etl_chunked_job_queue, oldest first (the
+// claims come back oldest job first) (the queue
 // has no claimable time: RUNNING jobs stay in it, so it is read whole, up to
 // 1000 rows, not along an eligibility index; it holds only the non-terminal
 // chunked jobs, a few since each is large, so the bound is a guard). The queue row is only
@@ -108,14 +109,20 @@ WITH candidates AS (
       AND NOT (j.job_status = 'RUNNING' AND j.attempt_count >= j.max_attempts)
     RETURNING j.job_record_id, j.job_kind, j.lease_claim_id, j.lease_fencing_token,
               j.lease_expires_at, j.attempt_count, j.max_attempts,
-              j.request_payload, j.request_digest, j.submit_traceparent
+              j.request_payload, j.request_digest, j.submit_traceparent, j.created_at
 )
-SELECT 1, c.job_record_id, c.job_kind, c.lease_claim_id, c.lease_fencing_token, c.lease_expires_at,
-       c.attempt_count, c.max_attempts, c.request_payload, c.request_digest, p.pickup_micros, c.submit_traceparent
-FROM claimed c JOIN picked p USING (job_record_id)
-UNION ALL
-SELECT 2, job_record_id, NULL, NULL, NULL, NULL, attempt_count, NULL, NULL, NULL, NULL, NULL
-FROM exhausted`
+SELECT r.row_kind, r.job_record_id, r.job_kind, r.lease_claim_id, r.lease_fencing_token, r.lease_expires_at,
+       r.attempt_count, r.max_attempts, r.request_payload, r.request_digest, r.pickup_micros, r.submit_traceparent
+FROM (
+    SELECT 1 AS row_kind, c.job_record_id, c.job_kind, c.lease_claim_id, c.lease_fencing_token, c.lease_expires_at,
+           c.attempt_count, c.max_attempts, c.request_payload, c.request_digest, p.pickup_micros,
+           c.submit_traceparent, c.created_at
+    FROM claimed c JOIN picked p USING (job_record_id)
+    UNION ALL
+    SELECT 2, job_record_id, NULL, NULL, NULL, NULL, attempt_count, NULL, NULL, NULL, NULL, NULL, NULL
+    FROM exhausted
+) r
+ORDER BY r.row_kind, r.created_at, r.job_record_id`
 
 // ClaimChunkedJobs claims up to p.Limit chunked jobs (kind etl_chunked) for
 // p.OwnerID in one statement, as ClaimJobs does for the other kinds (see
