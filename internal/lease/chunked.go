@@ -25,14 +25,14 @@ import (
 
 // claimChunkedSQL takes up to $1 chunked jobs in one statement.
 //
-// Candidates are the rows of etl_chunked_job_queue, oldest first (the
-// claims come back oldest job first) (the queue
-// has no claimable time: RUNNING jobs stay in it, so it is read whole, up to
-// 1000 rows, not along an eligibility index; it holds only the non-terminal
-// chunked jobs, a few since each is large, so the bound is a guard). The queue row is only
-// a hint: each candidate is re-checked on its etl_job_records row exactly as
-// claimSQL does (PENDING and available, or RUNNING with an expired lease, by
-// the database clock), which stays the authority.
+// Candidates are the rows of etl_chunked_job_queue, oldest first. The queue
+// has no claimable time (RUNNING jobs stay in it), so it is read whole, up
+// to 1000 rows, not along an eligibility index; it holds only the
+// non-terminal chunked jobs, a few since each is large, so the bound is a
+// guard. The queue row is only a hint: each candidate is re-checked on its
+// etl_job_records row exactly as claimSQL does (PENDING and available, or
+// RUNNING with an expired lease, by the database clock), which stays the
+// authority. The claims come back oldest job first.
 //
 // Locks: queue rows, then job rows, both FOR UPDATE SKIP LOCKED, as
 // claimSQL: the claim never waits, so it is never part of a lock cycle with
