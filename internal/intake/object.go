@@ -68,7 +68,17 @@ type ObjectSubmission struct {
 	// ObjectPartBytes. Either is capped at the upload part limit
 	// (UploadOptions.MaxPartBytes).
 	PartBytes int64
+	// KeepAlive, when not nil, is called every ObjectKeepAliveInterval
+	// while the submission's last step runs (the stored payload read back
+	// to verify its digest and count its records: minutes for a large
+	// object, with no object bytes flowing meanwhile). The object's reader
+	// reports its own progress.
+	KeepAlive func()
 }
+
+// ObjectKeepAliveInterval is how often SubmitObject calls
+// ObjectSubmission.KeepAlive during its submit step.
+const ObjectKeepAliveInterval = 2 * time.Second
 
 // SubmitObject creates the chunked job (pg.KindETLChunked) whose payload is
 // the object req.Source opens: it streams the object into a new upload,
@@ -169,7 +179,9 @@ func (s *Service) submitObject(ctx context.Context, req ObjectSubmission) (Submi
 	case hex.EncodeToString(src.h.Sum(nil)) != req.SHA256:
 		return SubmitResult{}, ErrUploadDigestMismatch
 	}
+	stop := keepAliveEvery(req.KeepAlive, ObjectKeepAliveInterval)
 	res, err := s.objectSubmitUpload(ctx, uploadID, req)
+	stop()
 	if err != nil {
 		return SubmitResult{}, err
 	}
@@ -191,6 +203,32 @@ func (s *Service) existingObjectJob(ctx context.Context, scope, keyHash, digest 
 		return SubmitResult{}, true, ErrSubmissionKeyReused
 	}
 	return SubmitResult{Job: j, Replayed: true}, true, nil
+}
+
+// keepAliveEvery calls f every interval until the returned stop is called
+// (stop waits for the last call); a nil f does nothing.
+func keepAliveEvery(f func(), interval time.Duration) (stop func()) {
+	if f == nil {
+		return func() {}
+	}
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				f()
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
 }
 
 // abortObjectUpload removes an upload SubmitObject gave up on, also after

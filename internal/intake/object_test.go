@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -151,4 +153,42 @@ func TestSubmitObjectRefusals(t *testing.T) {
 	if err := db.QueryRow(ctx, `SELECT count(*) FROM etl_job_records`).Scan(&jobs); err != nil || jobs != 0 {
 		t.Fatalf("refusals made %d jobs (%v)", jobs, err)
 	}
+}
+
+// TestKeepAliveEvery: the keep-alive runs beat after beat until stopped,
+// and not after stop returned; a nil one is a no-op.
+func TestKeepAliveEvery(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	calls := 0
+	beat := make(chan struct{}, 1)
+	stop := keepAliveEvery(func() {
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		select {
+		case beat <- struct{}{}:
+		default:
+		}
+	}, time.Millisecond)
+	<-beat
+	<-beat
+	stop()
+	mu.Lock()
+	n := calls
+	mu.Unlock()
+	if n < 2 {
+		t.Fatalf("%d beats", n)
+	}
+	select {
+	case <-beat:
+		// one beat may have been buffered before stop
+	default:
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != n {
+		t.Fatalf("a beat after stop returned: %d, then %d", n, calls)
+	}
+	keepAliveEvery(nil, time.Millisecond)()
 }

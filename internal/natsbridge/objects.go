@@ -85,6 +85,9 @@ func (h *objectRequests) HandleRequest(ctx context.Context, principal, key strin
 	}
 	return h.records.HandleObject(ctx, principal, key, intake.ObjectSubmission{
 		Format: req.Format, MaxBadRecords: req.MaxBadRecords, SHA256: ref.SHA256, Source: src,
+		// The object's reader keeps the request alive while bytes flow;
+		// this, while the stored payload is verified at submission.
+		KeepAlive: func() { events.KeepAlive(ctx) },
 	})
 }
 
