@@ -15,7 +15,9 @@
 //	p.jobs.available      core NATS  advisory wake-up, empty body, one per relay batch
 //	p.jobs.revoked        core NATS  advisory, body = the revoked job's id (UUID text)
 //	p.lifecycle.<state>   JetStream  CloudEvents JSON, Nats-Msg-Id = event id (outbox id@occurred µs)
-//	p.requests.<principal> JetStream job submissions, key in Mightyetl-Idempotency-Key, no Nats-Msg-Id
+//	p.requests.<principal> JetStream job submissions, key in Mightyetl-Idempotency-Key, no Nats-Msg-Id;
+//	                      a record array, or an ObjectRequest naming an object of the
+//	                      principal's Object Store bucket (Subjects.ObjectBucket)
 //	p.rejections          core NATS  payload-free rejections of invalid requests
 //
 // Nothing here logs or labels a payload, principal, key, hash or id.

@@ -1,6 +1,8 @@
 // Package natsbridge connects an intake-side process to NATS: it opens the
 // connection, runs the outbox relay (database → NATS) and, when enabled, the
-// JetStream request consumer (NATS → intake). The intake process
+// JetStream request consumer (NATS → intake), whose handler also streams
+// the Object Store objects large requests reference into PostgreSQL
+// (objects.go). The intake process
 // (internal/app, for cmd/intake and `etlctl dev`) and `etlctl relay` share
 // it so they start the same way.
 //
