@@ -2,13 +2,11 @@ package lease
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/tracing"
@@ -32,7 +30,8 @@ import (
 // guard. The queue row is only a hint: each candidate is re-checked on its
 // etl_job_records row exactly as claimSQL does (PENDING and available, or
 // RUNNING with an expired lease, by the database clock), which stays the
-// authority. The claims come back oldest job first.
+// authority. The picked jobs come back as claimSQL's candidate rows, in
+// their order (oldest job first), which is the order of the claims.
 //
 // Locks: queue rows, then job rows, both FOR UPDATE SKIP LOCKED, as
 // claimSQL: the claim never waits, so it is never part of a lock cycle with
@@ -109,68 +108,29 @@ WITH candidates AS (
       AND NOT (j.job_status = 'RUNNING' AND j.attempt_count >= j.max_attempts)
     RETURNING j.job_record_id, j.job_kind, j.lease_claim_id, j.lease_fencing_token,
               j.lease_expires_at, j.attempt_count, j.max_attempts,
-              j.request_payload, j.request_digest, j.submit_traceparent, j.created_at
+              j.request_payload, j.request_digest, j.submit_traceparent
 )
-SELECT r.row_kind, r.job_record_id, r.job_kind, r.lease_claim_id, r.lease_fencing_token, r.lease_expires_at,
-       r.attempt_count, r.max_attempts, r.request_payload, r.request_digest, r.pickup_micros, r.submit_traceparent
-FROM (
-    SELECT 1 AS row_kind, c.job_record_id, c.job_kind, c.lease_claim_id, c.lease_fencing_token, c.lease_expires_at,
-           c.attempt_count, c.max_attempts, c.request_payload, c.request_digest, p.pickup_micros,
-           c.submit_traceparent, c.created_at
-    FROM claimed c JOIN picked p USING (job_record_id)
-    UNION ALL
-    SELECT 2, job_record_id, NULL, NULL, NULL, NULL, attempt_count, NULL, NULL, NULL, NULL, NULL, NULL
-    FROM exhausted
-) r
-ORDER BY r.row_kind, r.created_at, r.job_record_id`
+SELECT 1, job_record_id, job_kind, lease_claim_id, lease_fencing_token, lease_expires_at,
+       attempt_count, max_attempts, request_payload, request_digest, NULL::bigint, submit_traceparent
+FROM claimed
+UNION ALL
+SELECT 2, job_record_id, NULL, NULL, NULL, NULL, attempt_count, NULL, NULL, NULL, NULL, NULL
+FROM exhausted
+UNION ALL
+SELECT 3, job_record_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, pickup_micros, NULL
+FROM picked`
 
 // ClaimChunkedJobs claims up to p.Limit chunked jobs (kind etl_chunked) for
 // p.OwnerID in one statement, as ClaimJobs does for the other kinds (see
-// claimChunkedSQL): PENDING jobs whose available_at has passed and RUNNING
+// claimChunkedSQL, whose rows have claimSQL's shape and are read by the
+// same reader): PENDING jobs whose available_at has passed and RUNNING
 // jobs whose lease expired, oldest first; expired leases on their last
 // attempt become FAILED codes.WorkerAttemptsExhausted (load DISCARDED)
 // instead. A claim's Payload is the job's manifest, not its records.
 func ClaimChunkedJobs(ctx context.Context, db pg.DBTX, p ClaimParams) (ClaimResult, error) {
-	if p.Limit < 1 {
-		return ClaimResult{}, nil
-	}
-	rows, err := db.Query(ctx, claimChunkedSQL, p.Limit, p.OwnerID, p.LeaseDuration.Microseconds())
+	res, err := claimJobs(ctx, db, claimChunkedSQL, p)
 	if err != nil {
-		return ClaimResult{}, fmt.Errorf("claim chunked jobs: %w", err)
-	}
-	defer rows.Close()
-	var res ClaimResult
-	var (
-		rowKind                    int32
-		jobID, claimID             pgtype.UUID
-		kind, payload, traceparent pgtype.Text
-		digest                     pgtype.DriverBytes
-		token, pickupMicros        pgtype.Int8
-		expires                    pgtype.Timestamptz
-		attempt, maxAttempts       pgtype.Int4
-	)
-	for rows.Next() {
-		if err := rows.Scan(&rowKind, &jobID, &kind, &claimID, &token, &expires,
-			&attempt, &maxAttempts, &payload, &digest, &pickupMicros, &traceparent); err != nil {
-			return ClaimResult{}, fmt.Errorf("claim chunked jobs: scan: %w", err)
-		}
-		switch rowKind {
-		case 1:
-			c := Claim{Ref: Ref{JobID: jobID.Bytes, ClaimID: claimID.Bytes, OwnerID: p.OwnerID},
-				Kind: kind.String, FencingToken: token.Int64, ExpiresAt: expires.Time,
-				Attempt: int(attempt.Int32), MaxAttempts: int(maxAttempts.Int32),
-				Payload: payload.String, RequestDigest: hex.EncodeToString(digest),
-				PickupDelay: time.Duration(max(pickupMicros.Int64, 0)) * time.Microsecond}
-			if traceparent.Valid {
-				c.SubmitTraceparent = traceparent.String
-			}
-			res.Claimed = append(res.Claimed, c)
-		case 2:
-			res.Exhausted++
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return ClaimResult{}, fmt.Errorf("claim chunked jobs: %w", err)
+		return ClaimResult{}, fmt.Errorf("chunked: %w", err)
 	}
 	return res, nil
 }
