@@ -306,11 +306,17 @@ FROM moved m WHERE q.job_record_id = m.job_record_id`
 // terminal job, or a claimable_at earlier than the job's real eligibility
 // (available_at while PENDING, lease_expires_at while RUNNING). A later
 // claimable_at only delays a claim (the queue row is a hint); an earlier one
-// would make the claim scan a job it must skip.
+// would make the claim scan a job it must skip. Large (chunked) jobs are
+// never in this queue (migration 00023: etl_chunked_job_queue), and any
+// chunked job found in it is a violation.
 const claimQueueViolationsSQL = `
 SELECT 'active job without queue row' FROM etl_job_records j
-WHERE j.job_status IN ('PENDING', 'RUNNING')
+WHERE j.job_status IN ('PENDING', 'RUNNING') AND j.job_kind <> 'etl_chunked'
   AND NOT EXISTS (SELECT 1 FROM etl_job_claim_queue q WHERE q.job_record_id = j.job_record_id)
+UNION ALL
+SELECT 'queue row of a chunked job' FROM etl_job_claim_queue q
+JOIN etl_job_records j USING (job_record_id)
+WHERE j.job_kind = 'etl_chunked'
 UNION ALL
 SELECT 'queue row of a ' || j.job_status || ' job' FROM etl_job_claim_queue q
 JOIN etl_job_records j USING (job_record_id)
