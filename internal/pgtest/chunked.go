@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/pg"
 )
 
@@ -76,7 +77,7 @@ func InsertChunkedJob(t testing.TB, db FixtureDB, f ChunkedJob) uuid.UUID {
 		f.Status = pg.StatusPending
 	}
 	if f.Status == pg.StatusFailed && f.FailureCode == "" {
-		f.FailureCode = "etl_invalid_record"
+		f.FailureCode = codes.InvalidRecord
 	}
 	if f.PartBytes == nil {
 		f.PartBytes = []int64{1000}
@@ -146,7 +147,7 @@ VALUES ($1, $2, 'jsonl', $3, $4, $5, $6, clock_timestamp() - make_interval(secs 
 		id, upload, loadState, f.MaxBadRecords, total, f.RecordsTotal, ago)
 	for _, n := range f.BadRecords {
 		exec("bad record", `INSERT INTO etl_chunked_load_bad_records (job_record_id, record_number, error_code)
-VALUES ($1, $2, 'etl_invalid_record')`, id, n)
+VALUES ($1, $2, $3)`, id, n, codes.InvalidRecord)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatalf("pgtest: chunked job: %v", err)
