@@ -16,10 +16,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mightyetl/mightyetl/internal/events"
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/natsbridge"
+	"github.com/mightyetl/mightyetl/internal/outbox"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/testwait"
 )
@@ -204,7 +206,7 @@ func drained(t *testing.T, js jetstream.JetStream, prefix string) {
 }
 
 // TestObjectRequestRejections: a reference whose digest is not the
-// object's, a missing object, a missing bucket, another principal's bucket
+// object's, an object beyond the upload limit, a missing object, a missing bucket, another principal's bucket
 // and a malformed reference are each terminated with their payload-free
 // rejection (and the same code in the reply), with no job and no upload
 // left behind.
@@ -220,8 +222,31 @@ func TestObjectRequestRejections(t *testing.T) {
 		t.Fatal(err)
 	}
 	bobDigest := putObject(t, bobObs, "b.jsonl", data)
+	big := jsonLines(300) // ~11 KB: beyond the upload limit below
+	bigDigest := putObject(t, obs, "big.jsonl", big)
 	rejections := rejectionsOf(t, b.nc, b.prefix)
-	startRequestBridge(t, b.pool, b.js, b.url, b.prefix, "object-reject-test")
+	svc, err := intake.New(intake.Options{DB: b.pool, PrincipalHashKey: []byte(hashKey),
+		Uploads: intake.UploadOptions{MaxBytes: 8 << 10, MaxPartBytes: 1 << 10, OwnerMaxStagedBytes: 16 << 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop(context.Background()) })
+	bridge := natsbridge.New(natsbridge.Options{
+		Conn: events.Options{URL: b.url, Name: "object-reject-test"}, SubjectPrefix: b.prefix, ConsumeRequests: true,
+		Relay: outbox.Options{PollInterval: time.Second, BatchSize: 100}, Pool: b.pool, Service: svc,
+		Registry: prometheus.NewRegistry(),
+	})
+	if err := bridge.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bridge.Stop(context.Background()) })
+	testwait.For(t, 30*time.Second, "request stream", func() bool {
+		_, err := b.js.Stream(context.Background(), strings.ToUpper(b.prefix)+"_REQUESTS")
+		return err == nil
+	})
 	inbox := events.NewReplyInbox("alice")
 	replies, err := b.nc.SubscribeSync(inbox)
 	if err != nil {
@@ -231,6 +256,7 @@ func TestObjectRequestRejections(t *testing.T) {
 	s, _ := events.NewSubjects(b.prefix)
 	cases := []struct{ name, body, code string }{
 		{"wrong digest", objectRequest(bucket, "a.jsonl", other), "etl_upload_digest_mismatch"},
+		{"beyond the upload limit", objectRequest(bucket, "big.jsonl", bigDigest), "etl_upload_too_large"},
 		{"missing object", objectRequest(bucket, "nope.jsonl", digest), "etl_upload_object_not_found"},
 		{"missing bucket", objectRequest(s.ObjectBucket("carol"), "a.jsonl", digest), "etl_upload_object_not_found"},
 		{"another principal's bucket", objectRequest(bobs, "b.jsonl", bobDigest), "etl_upload_object_not_found"},
