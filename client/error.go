@@ -34,6 +34,7 @@ const (
 	CodeReplaySourceActive         ErrorCode = "etl_job_replay_source_active"
 	CodeReplaySourceSucceeded      ErrorCode = "etl_job_replay_source_succeeded"
 	CodeReplayGenerationExhausted  ErrorCode = "etl_job_replay_generation_exhausted"
+	CodeReplayRequiresUpload       ErrorCode = "etl_job_replay_requires_upload"
 	CodeJobNotFound                ErrorCode = "etl_job_not_found"
 	CodeRouteNotFound              ErrorCode = "etl_route_not_found"
 	CodeMethodNotAllowed           ErrorCode = "etl_method_not_allowed"

@@ -69,6 +69,9 @@ const (
 	// ReplayGenerationExhausted: the job is the last replay its chain
 	// allows.
 	ReplayGenerationExhausted = "etl_job_replay_generation_exhausted"
+	// ReplayRequiresUpload: the job is a large (chunked) job; it is replayed
+	// by uploading its payload again and submitting it with replayOf.
+	ReplayRequiresUpload = "etl_job_replay_requires_upload"
 	// TargetUnavailable: the database is unavailable (retry with the same
 	// key and body); also the failure_code of a job whose transient
 	// failures outlasted its attempts.
@@ -185,7 +188,8 @@ var Problems = []string{
 	SubmissionKeyReused, IdempotencyKeyReused, JobNotFound, CancellationKeyRequired,
 	CancellationKeyReused, AlreadySucceeded, AlreadyFailed, InvalidPageLimit, InvalidPageCursor,
 	InvalidStatusFilter, ReplayKeyRequired, ReplayKeyReused, ReplayPayloadMismatch,
-	ReplaySourceActive, ReplaySourceSucceeded, ReplayGenerationExhausted, TargetUnavailable,
+	ReplaySourceActive, ReplaySourceSucceeded, ReplayGenerationExhausted, ReplayRequiresUpload,
+	TargetUnavailable,
 	InternalError, AuthenticationRequired, PayloadTooLarge, RouteNotFound, MethodNotAllowed,
 	UnsupportedMediaType, ServerBusy, AuthenticationRateLimited, AuthenticationOverloaded,
 	OperatorRequired, OpsInvalidFilter, SchemaIncompatible,

@@ -441,6 +441,8 @@ func replayRefusal(err error) (int, string) {
 		return http.StatusConflict, "The job SUCCEEDED; there is nothing to replay."
 	case codes.ReplayGenerationExhausted:
 		return http.StatusConflict, "The job is the last generation of its replay chain (100); it cannot be replayed."
+	case codes.ReplayRequiresUpload:
+		return http.StatusConflict, "The job is a large job: this form cannot replay it. Its owner replays it by uploading the payload again and submitting the upload with replayOf."
 	}
 	return 0, ""
 }

@@ -41,6 +41,7 @@ var problemTable = map[string]problemSpec{
 	codes.ReplaySourceActive:        {409, "Replay source active", "The job is still PENDING or RUNNING; only a FAILED or CANCELLED job can be replayed."},
 	codes.ReplaySourceSucceeded:     {409, "Replay source succeeded", "The job succeeded; only a FAILED or CANCELLED job can be replayed."},
 	codes.ReplayGenerationExhausted: {409, "Replay generation exhausted", "The job is the 100th replay of its chain and cannot be replayed again."},
+	codes.ReplayRequiresUpload:      {409, "Replay requires upload", "The job is a large job; replay it by uploading its payload again and submitting the upload with replayOf."},
 	codes.JobNotFound:               {404, "Job not found", "No such job exists for the caller."},
 	codes.RouteNotFound:             {404, "Not found", "No such resource."},
 	codes.MethodNotAllowed:          {405, "Method not allowed", "The resource does not support this method."},

@@ -55,6 +55,7 @@ var (
 	ErrReplaySourceActive        = codeError(codes.ReplaySourceActive)
 	ErrReplaySourceSucceeded     = codeError(codes.ReplaySourceSucceeded)
 	ErrReplayGenerationExhausted = codeError(codes.ReplayGenerationExhausted)
+	ErrReplayRequiresUpload      = codeError(codes.ReplayRequiresUpload)
 	ErrTargetUnavailable         = codeError(codes.TargetUnavailable)
 	ErrInternal                  = codeError(codes.InternalError)
 )

@@ -41,6 +41,8 @@ type ReplayResult struct {
 //   - absent or foreign source: ErrJobNotFound;
 //   - the key already made a replay of this source with this body: that job,
 //     Replayed true; of another source or body: ErrReplayKeyReused;
+//   - source of kind etl_chunked (a large job, replayed by uploading its
+//     payload again with replayOf): ErrReplayRequiresUpload;
 //   - source PENDING or RUNNING: ErrReplaySourceActive; SUCCEEDED:
 //     ErrReplaySourceSucceeded;
 //   - body digest differs from the source's: ErrReplayPayloadMismatch
@@ -136,6 +138,8 @@ func replayError(err error) error {
 		return ErrReplayPayloadMismatch
 	case errors.Is(err, pg.ErrReplayGenerationExhausted):
 		return ErrReplayGenerationExhausted
+	case errors.Is(err, pg.ErrReplayRequiresUpload):
+		return ErrReplayRequiresUpload
 	}
 	return storeError(err)
 }

@@ -31,6 +31,11 @@ var (
 	// ErrReplayGenerationExhausted: the source is a replay of generation
 	// MaxReplayGeneration.
 	ErrReplayGenerationExhausted = errors.New("replay generation exhausted")
+	// ErrReplayRequiresUpload: the source is a large job (KindETLChunked);
+	// it is replayed only by uploading its payload again and submitting the
+	// upload with replayOf (SubmitUpload), never with a plain body, which
+	// would make an etl_chunked job without a load in the claim queue.
+	ErrReplayRequiresUpload = errors.New("replay of a large job requires an upload")
 )
 
 // ReplayParams identify one replay attempt.
@@ -91,6 +96,8 @@ WHERE ` + pairOf("decode($1, 'hex')", "decode($2, 'hex')")
 //   - the key already made a job: that job (Created false) when it replays
 //     this source with this digest, whatever the source's state now;
 //     otherwise ErrReplayKeyReused;
+//   - source of kind KindETLChunked: ErrReplayRequiresUpload (whatever its
+//     state; the kind never changes);
 //   - source PENDING or RUNNING: ErrReplaySourceActive; SUCCEEDED:
 //     ErrReplaySourceSucceeded;
 //   - p.RequestDigest differs from the source's request_digest:
@@ -127,6 +134,9 @@ func ReplayJob(ctx context.Context, db TxBeginner, p ReplayParams) (ReplayOutcom
 			return err
 		case !IsNoRows(err):
 			return fmt.Errorf("read replay by key: %w", err)
+		}
+		if kind == KindETLChunked {
+			return ErrReplayRequiresUpload
 		}
 		switch status {
 		case StatusPending, StatusRunning:

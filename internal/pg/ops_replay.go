@@ -62,6 +62,32 @@ WITH r AS (
 )
 SELECT * FROM r`
 
+// operatorReplayGuardSQL reads the kind of source $1 (any owner's; the kind
+// of a job never changes, so reading it before etl_operator_replay_job locks
+// the row is race-free) and whether the replay key $3 already made a job for
+// the source's owner. A large source (KindETLChunked) whose key made no job
+// is refused here, after the not-found and key rules as ReplayJob orders
+// them (etl_operator_replay_job would insert it into the claim queue): the
+// same statement writes the refusal's audit row, exactly as operatorReplaySQL
+// writes the function's refusals (operator $2, source $1, outcome
+// codes.ReplayRequiresUpload). No row: the source is absent, which the
+// function decides and audits. Column grants: the intake role reads these
+// columns of every row (the console's job lists).
+var operatorReplayGuardSQL = `
+WITH s AS (
+    SELECT s.job_kind,
+           EXISTS (SELECT 1 FROM etl_job_records j
+                   WHERE ` + pairOf("s.principal_scope_hash", "decode($3, 'hex')") + `) AS key_held
+    FROM etl_job_records s
+    WHERE s.job_record_id = $1
+), audit AS (
+    INSERT INTO etl_operator_audit_records (operator_principal_scope_hash, operator_action, job_record_id, outcome_code)
+    SELECT decode($2, 'hex'), '` + AuditActionReplay + `', $1, '` + codes.ReplayRequiresUpload + `'
+    FROM s
+    WHERE s.job_kind = '` + KindETLChunked + `' AND NOT s.key_held
+)
+SELECT s.job_kind, s.key_held FROM s`
+
 // OperatorReplayJob creates a new PENDING job, owned by the source's owner,
 // that replays any owner's FAILED or CANCELLED job p.SourceJobID with
 // p.Payload, through etl_operator_replay_job, in a transaction begun at READ
@@ -72,6 +98,8 @@ SELECT * FROM r`
 //   - the key already made a job for that owner: that job (Created false)
 //     when it replays this source with this digest; otherwise
 //     ErrReplayKeyReused;
+//   - source of kind KindETLChunked: ErrReplayRequiresUpload (checked by
+//     operatorReplayGuardSQL before the function, audited the same way);
 //   - source PENDING or RUNNING: ErrReplaySourceActive; SUCCEEDED:
 //     ErrReplaySourceSucceeded;
 //   - p.RequestDigest differs from the source's: ErrReplayPayloadMismatch;
@@ -102,14 +130,41 @@ func OperatorReplayJob(ctx context.Context, db DBTX, p OperatorReplayParams) (Re
 	)
 	// READ COMMITTED whatever the session's default, as every replay
 	// (readCommitted); a caller's transaction keeps its own level.
+	var refused bool
 	err := inReadCommitted(ctx, db, func(q DBTX) error {
-		return q.QueryRow(ctx, operatorReplaySQL, p.SourceJobID, p.OperatorScopeHash, p.ReplayKeyHash,
+		var (
+			sourceKind string
+			keyHeld    bool
+		)
+		err := q.QueryRow(ctx, operatorReplayGuardSQL, p.SourceJobID, p.OperatorScopeHash, p.ReplayKeyHash).
+			Scan(&sourceKind, &keyHeld)
+		switch {
+		case IsNoRows(err):
+			// Absent: the function answers not_found and audits it.
+		case err != nil:
+			return fmt.Errorf("read replay source kind: %w", err)
+		case sourceKind == KindETLChunked && !keyHeld:
+			refused = true
+			return nil
+		}
+		err = q.QueryRow(ctx, operatorReplaySQL, p.SourceJobID, p.OperatorScopeHash, p.ReplayKeyHash,
 			p.RequestDigest, p.Payload, p.JobID).
 			Scan(&outcome, &id, &kind, &status, &attempts, &failure, &cancellation, &createdAt, &updatedAtTS,
 				&digest, &source, &root, &generation)
+		if err == nil && outcome == "created" && kind != nil && *kind == KindETLChunked {
+			// The job holding the key of a large source vanished (was
+			// pruned) between the guard and the function, which then
+			// replayed it: roll it back, as the function's own vanished
+			// case does; a retry with the same key is refused above.
+			return ErrConflictVanished
+		}
+		return err
 	})
 	if err != nil {
 		return ReplayOutcome{}, fmt.Errorf("operator replay job: %w", err)
+	}
+	if refused {
+		return ReplayOutcome{}, ErrReplayRequiresUpload
 	}
 	switch outcome {
 	case "created", "replayed":
