@@ -61,6 +61,9 @@ type Config struct {
 	// (natscluster.go) instead of one server, with the streams at that
 	// many replicas; zero means one server.
 	NATSNodes int
+	// WorkerEnv are extra NAME=value settings of every worker (e.g.
+	// MIGHTYETL_CHUNK_RECORDS), after the harness's own.
+	WorkerEnv []string
 }
 
 // System is the whole deployment under test: a private PostgreSQL, a
@@ -236,7 +239,7 @@ func (s *System) workerEnv(workerID, databaseURL, addr string) []string {
 		"MIGHTYETL_SHUTDOWN_GRACE_PERIOD=5s",
 		"MIGHTYETL_METRICS_ADDR="+addr,
 		"MIGHTYETL_NATS_SUBJECT_PREFIX="+s.Prefix,
-	), s.natsEnv()...)
+	), append(s.natsEnv(), s.cfg.WorkerEnv...)...)
 }
 
 // env is the harness's environment without any mightyETL, database or NATS
