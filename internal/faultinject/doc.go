@@ -20,6 +20,11 @@
 //     body until acknowledged, plus owners that cancel running jobs.
 //   - Injector: the fault schedule and the recovery times it measures.
 //   - Checker: the invariants (see docs/reliability.md).
+//   - LargeJob, CheckLargeJobs, VisibilityReader: large (chunked) jobs
+//     uploaded over HTTP, the proof from the database that each loaded its
+//     records' rows once and all visible (none for a cancelled one), and a
+//     reader of processed_data_visible that must never see part of one
+//     (the large-job test, Config.WorkerEnv for small chunks).
 //   - Release, Deployment, Frontend: the previous release (the commit in
 //     compat/previous-release) built from git, and a fleet whose intake
 //     (behind a draining load balancer) and workers are replaced one at a

@@ -19,6 +19,7 @@ const (
 	InvLargeSucceeded     = "large job SUCCEEDED"
 	InvLargeRowsExact     = "large job has exactly its transformed rows, each once"
 	InvLargeAllVisible    = "large job's rows all visible once SUCCEEDED"
+	InvLargeCancelled     = "large job cancelled mid-load is CANCELLED"
 	InvLargeCancelledNone = "cancelled large job has no visible row"
 	InvLargeNeverPartial  = "a reader never sees part of a large job"
 )
@@ -32,6 +33,8 @@ type LargeJob struct {
 	// Cancel says the scenario cancels this job mid-load.
 	Cancel bool
 	JobID  string
+
+	want map[string]map[string]any // expectedRows, computed once
 }
 
 // largeRecord appends record i of the job tagged tag as one line of JSON
@@ -61,6 +64,9 @@ func (j *LargeJob) Payload() []byte {
 // (decoded), as the product's transform (etl.Process, the one chunked loads
 // use) makes them of the payload's records.
 func (j *LargeJob) expectedRows() (map[string]map[string]any, error) {
+	if j.want != nil {
+		return j.want, nil
+	}
 	want := make(map[string]map[string]any, j.Records)
 	var line []byte
 	for i := 1; i <= j.Records; i++ {
@@ -78,6 +84,7 @@ func (j *LargeJob) expectedRows() (map[string]map[string]any, error) {
 		}
 		want[rows[0].Data] = norm
 	}
+	j.want = want
 	return want, nil
 }
 
@@ -109,7 +116,8 @@ func (r *LargeReport) Total() int {
 // CheckLargeJobs proves, from the database, on terminal large jobs: a job
 // not cancelled SUCCEEDED, its rows in processed_data are exactly the
 // transform of its records, each once, and all of them are in
-// processed_data_visible; a cancelled job (CANCELLED) has no visible row.
+// processed_data_visible; a job cancelled mid-load is CANCELLED and has no
+// visible row.
 // An error means it could not read its evidence.
 func CheckLargeJobs(ctx context.Context, db *pgxpool.Pool, jobs []*LargeJob) (*LargeReport, error) {
 	r := &LargeReport{}
@@ -123,6 +131,9 @@ func CheckLargeJobs(ctx context.Context, db *pgxpool.Pool, jobs []*LargeJob) (*L
 			return nil, fmt.Errorf("large job %s: %w", j.Tag, err)
 		}
 		if j.Cancel {
+			if status != "CANCELLED" {
+				r.add(InvLargeCancelled, fmt.Sprintf("job %s (%s) is %s", j.JobID, j.Tag, status))
+			}
 			if visible != 0 {
 				r.add(InvLargeCancelledNone, fmt.Sprintf("job %s (%s) %s: %d rows visible", j.JobID, j.Tag, status, visible))
 			}
