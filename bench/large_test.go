@@ -87,9 +87,9 @@ func TestLargeSmoke(t *testing.T) {
 			t.Logf("drop smoke database: %v", err)
 		}
 	})
-	const n = 20_000
+	const n = 8_000
 	o := options{Scenarios: []string{"large"}, DatabaseURL: url, out: io.Discard,
-		Large: largeOptions{N: n, PartBytes: 256 << 10, Crash: true, Lease: 5 * time.Second, ChunkRecords: 500, Timeout: 2 * time.Minute}}
+		Large: largeOptions{N: n, PartBytes: 256 << 10, Crash: true, Lease: 5 * time.Second, ChunkRecords: 200, Timeout: 2 * time.Minute}}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	rep, err := execute(ctx, o, slog.New(slog.DiscardHandler))
