@@ -13,7 +13,7 @@ import (
 // The upload steps of SubmitObject: the upload use cases' own
 // (createUpload, submitUpload, abortUpload, uploadError, the service's
 // UploadOptions), except that a part's digest is computed while it streams
-// (pg.PutPartComputed), not declared before.
+// (pg.PutPart without a declared digest), not declared before.
 
 // objectCreateUpload creates the OPEN upload an object is streamed into.
 func (s *Service) objectCreateUpload(ctx context.Context, principal, format string) (uuid.UUID, error) {
@@ -29,7 +29,8 @@ func (s *Service) objectCreateUpload(ctx context.Context, principal, format stri
 // part).
 func (s *Service) objectPutPart(ctx context.Context, scope string, uploadID uuid.UUID, part int, body io.Reader) error {
 	l := s.uploads
-	_, err := pg.PutPartComputed(ctx, s.db, pg.PutPartParams{
+	// No SHA256: PutPart computes the part's digest and refuses none.
+	_, err := pg.PutPart(ctx, s.db, pg.PutPartParams{
 		PrincipalScopeHash: scope, UploadID: uploadID, PartNumber: int64(part), Body: body,
 		MaxPartBytes: l.MaxPartBytes, MaxUploadBytes: l.MaxBytes, OwnerMaxStagedBytes: l.OwnerMaxStagedBytes,
 		Expiry: l.Expiry,

@@ -297,7 +297,9 @@ const deleteAttemptSQL = `DELETE FROM etl_upload_chunks WHERE upload_id = $1 AND
 // ErrUploadExpired, ErrUploadTooLarge (the part beyond MaxPartBytes or the
 // upload beyond MaxUploadBytes, detected as soon as the bytes arrive),
 // ErrUploadOwnerQuota, ErrUploadDigestMismatch, *UploadBodyError. The
-// part's bytes are never held whole in memory.
+// part's bytes are never held whole in memory. An empty p.SHA256 declares
+// no digest: the part's is computed and returned, never refused (the NATS
+// Object Store path, whose caller checks the whole object's digest).
 func PutPart(ctx context.Context, db UploadDB, p PutPartParams) (UploadPart, error) {
 	var want []byte
 	if p.SHA256 != "" {
