@@ -59,6 +59,12 @@ type ClaimParams struct {
 	Limit int
 	// LeaseDuration is added to the database clock to form lease_expires_at.
 	LeaseDuration time.Duration
+	// Owners, when above 0, claims fairly across owners (fairClaimSQL,
+	// migration 00025): up to Owners owners are served by one claim, each
+	// with its weighted share of the limit, by priority within it, and a
+	// sixteenth of the limit (on average) goes to the oldest claimable jobs
+	// of any owner. 0 claims first-come first-served (claimSQL).
+	Owners int
 }
 
 // ClaimResult is what one Claim call did.
@@ -198,7 +204,12 @@ func claimJobs(ctx context.Context, db pg.DBTX, sql string, p ClaimParams) (Clai
 	if p.Limit < 1 {
 		return ClaimResult{}, nil
 	}
-	rows, err := db.Query(ctx, sql, p.Limit, p.OwnerID, p.LeaseDuration.Microseconds())
+	args := []any{p.Limit, p.OwnerID, p.LeaseDuration.Microseconds()}
+	if p.Owners > 0 && sql == claimSQL {
+		sql = fairClaimSQL
+		args = append(args, p.Owners, oldestShare(p.Limit))
+	}
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("claim jobs: %w", err)
 	}
@@ -513,10 +524,22 @@ func Succeed(ctx context.Context, tx pg.DBTX, ownerID string, refs []Ref) ([]Won
 
 // requeueMoved is the CTE that moves the claim-queue row of a job the
 // statement's "moved" CTE returned to PENDING to its new available_at.
+//
+// The job's owner (migration 00025) becomes due by the job's new time if it
+// was due later (the claims may have found it empty and backed off), so the
+// requeued job is not kept waiting behind that backoff. This may wait for a
+// claim that holds the owner's row (for the length of its statement); claims
+// never wait on the job row this statement holds, so no cycle.
 const requeueMoved = `requeued AS (
     UPDATE etl_job_claim_queue q SET claimable_at = m.available_at
     FROM moved m
     WHERE q.job_record_id = m.job_record_id AND q.job_record_id = $1
+    RETURNING q.owner_slot, q.claimable_at
+), owner_due AS (
+    UPDATE etl_claim_owners o
+    SET due_at = r.claimable_at, idle_visits = 0, updated_at = clock_timestamp()
+    FROM requeued r
+    WHERE o.owner_slot = r.owner_slot AND o.due_at > r.claimable_at
 )`
 
 // retrySQL puts an exact live lease back to PENDING, available again at the

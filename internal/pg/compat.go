@@ -18,14 +18,14 @@ const (
 	// BinaryCompatLevel is this binary's compatibility level. A release
 	// raises it when its code changes what it needs from the schema in a way
 	// a later schema may declare incompatible.
-	BinaryCompatLevel int64 = 2
+	BinaryCompatLevel int64 = 3
 	// MinSchemaVersion is the oldest schema this binary's code runs against:
 	// it uses the objects of every migration up to this one.
-	MinSchemaVersion int64 = 24
+	MinSchemaVersion int64 = 25
 	// MaxSchemaVersion is the newest schema this binary knows (its newest
 	// embedded migration). A newer schema is accepted only when its newest
 	// etl_schema_compatibility row admits BinaryCompatLevel.
-	MaxSchemaVersion int64 = 24
+	MaxSchemaVersion int64 = 25
 )
 
 // Compatibility is the outcome of CheckCompatibility. The zero value is

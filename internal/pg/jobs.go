@@ -2,6 +2,7 @@ package pg
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -52,7 +53,22 @@ type NewJob struct {
 	// or unsampled. When no job of an insert has one, the statement does not
 	// mention the column at all.
 	SubmitTraceparent string
+	// Priority is 1 (highest) .. 4 (lowest); 0 means DefaultPriority. It
+	// orders the job within its owner's share of every claim (migration
+	// 00025, internal/lease).
+	Priority int
+	// NotBefore, when not zero, is when the job becomes claimable (a
+	// scheduled job); zero means at once. The intake bounds it by its
+	// horizon; the database clock decides when it has passed.
+	NotBefore time.Time
 }
+
+// Priorities (migration 00025).
+const (
+	HighestPriority = 1
+	DefaultPriority = 2
+	LowestPriority  = 4
+)
 
 // Lineage places a replay job in its chain: the job it replays (Source),
 // the first job of the chain (Root) and its generation (1..MaxReplayGeneration;
@@ -79,6 +95,12 @@ type Job struct {
 	Lineage *Lineage
 	// RequestDigest is internal: it decides whether a resubmission is identical.
 	RequestDigest string
+	// Priority (1..4) and AvailableAt (when the job becomes, or became,
+	// claimable: its notBefore while a scheduled job waits, its next
+	// attempt's time after a retry) are filled by GetJob and ListJobs
+	// (scheduleColumns); other reads leave them zero.
+	Priority    int
+	AvailableAt time.Time
 	// Progress is the load's checkpoint of a job of kind etl_chunked, nil
 	// for every other kind (and for a chunked job whose load row is gone).
 	// GetJob and ListJobs fill it; other reads leave it nil.
@@ -114,14 +136,35 @@ var insertJobsSQL = `
 WITH ins AS (
     INSERT INTO etl_job_records AS j (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
                                  request_digest, request_payload, max_attempts,
-                                 replay_source_job_record_id, replay_root_job_record_id, replay_generation_count)
-    SELECT * FROM unnest($1::uuid[], $2::text[], $3::bytea[], $4::bytea[], $5::bytea[], $6::text[], $7::int[],
-                         $8::uuid[], $9::uuid[], $10::int[])
+                                 replay_source_job_record_id, replay_root_job_record_id, replay_generation_count, job_priority, available_at)
+    -- available_at: the job's notBefore, or the database clock's now
+    -- (NULL in $12) for a job to run at once.
+    SELECT u.id, u.kind, u.scope, u.key, u.digest, u.payload, u.attempts, u.source, u.root, u.generation,
+           u.priority, coalesce(u.not_before, clock_timestamp())
+    FROM unnest($1::uuid[], $2::text[], $3::bytea[], $4::bytea[], $5::bytea[], $6::text[], $7::int[],
+                $8::uuid[], $9::uuid[], $10::int[], $11::bigint[], $12::timestamptz[])
+         AS u(id, kind, scope, key, digest, payload, attempts, source, root, generation, priority, not_before)
 ` + conflictArbiter + `
-    RETURNING j.job_record_id, j.job_status, j.attempt_count, j.created_at, j.updated_at, j.available_at
+    RETURNING j.job_record_id, j.job_status, j.attempt_count, j.created_at, j.updated_at, j.available_at,
+              j.job_priority, ` + OwnerSlotOf("j.principal_scope_hash") + ` AS owner_slot
 ), queued AS (
-    INSERT INTO etl_job_claim_queue (job_record_id, claimable_at)
-    SELECT job_record_id, available_at FROM ins
+    INSERT INTO etl_job_claim_queue (job_record_id, claimable_at, owner_slot, priority)
+    SELECT job_record_id, available_at, owner_slot, job_priority FROM ins
+), owners AS (
+    -- Each owner with a job here is offered to claims by the time its
+    -- earliest job is claimable (migration 00025). An owner already due and
+    -- served by the claims (idle_visits = 0) needs no write, so a busy
+    -- owner's submissions take no lock on its row; an owner the claims found
+    -- empty, or never saw, is made due now (ON CONFLICT locks its row until
+    -- this transaction ends). A claim that marks an owner idle while this
+    -- insert is uncommitted looks again within 50 ms (its first backoff).
+    INSERT INTO etl_claim_owners AS o (owner_slot, due_at)
+    SELECT i.owner_slot, min(i.available_at) FROM ins i
+    GROUP BY i.owner_slot
+    HAVING NOT EXISTS (SELECT 1 FROM etl_claim_owners x
+                       WHERE x.owner_slot = i.owner_slot AND x.due_at <= min(i.available_at) AND x.idle_visits = 0)
+    ON CONFLICT (owner_slot) DO UPDATE
+    SET due_at = least(o.due_at, excluded.due_at), idle_visits = 0, updated_at = clock_timestamp()
 )` + availableEventCTE + `
 SELECT job_record_id, job_status, attempt_count, created_at, updated_at FROM ins`
 
@@ -151,11 +194,25 @@ func withoutPart(sql, part string) string {
 // insertTracedJobsSQL is insertJobsSQL that also stores submit_traceparent
 // ($11, NULL for a job without one). It runs only for a batch in which some
 // job has a trace context, so an untraced insert costs nothing extra.
-var insertTracedJobsSQL = strings.NewReplacer(
-	"replay_source_job_record_id, replay_root_job_record_id, replay_generation_count)\n    SELECT",
-	"replay_source_job_record_id, replay_root_job_record_id, replay_generation_count, submit_traceparent)\n    SELECT",
-	"$10::int[])", "$10::int[], $11::text[])",
-).Replace(insertJobsSQL)
+var insertTracedJobsSQL = mustReplace(insertJobsSQL,
+	"job_priority, available_at)\n", "job_priority, available_at, submit_traceparent)\n",
+	"u.priority, coalesce(u.not_before, clock_timestamp())\n", "u.priority, coalesce(u.not_before, clock_timestamp()), u.traceparent\n",
+	"$12::timestamptz[])", "$12::timestamptz[], $13::text[])",
+	"priority, not_before)\n", "priority, not_before, traceparent)\n",
+)
+
+// mustReplace applies each (old, new) pair of pairs to sql once, and panics
+// at package initialisation when an old text is missing (a statement
+// derived from another must not silently stay the same).
+func mustReplace(sql string, pairs ...string) string {
+	for i := 0; i < len(pairs); i += 2 {
+		if !strings.Contains(sql, pairs[i]) {
+			panic("pg: statement without " + strings.TrimSpace(pairs[i]))
+		}
+		sql = strings.Replace(sql, pairs[i], pairs[i+1], 1)
+	}
+	return sql
+}
 
 var (
 	insertJobsUnannouncedSQL       = withoutAvailableEvent(insertJobsSQL)
@@ -182,6 +239,25 @@ func identityOf(owner, key string) string {
 func pairOf(owner, key string) string {
 	return identityOf("j.principal_scope_hash", "j.submission_key_hash") + " = " + identityOf(owner, key) +
 		"\n  AND j.principal_scope_hash = " + owner + " AND j.submission_key_hash = " + key
+}
+
+// OwnerSlotOf is the SQL expression of an owner's slot (migration 00025)
+// from its principal scope hash (an SQL expression of type bytea): the
+// hash's first 8 bytes as a signed bigint. Slots are the fairness buckets
+// of the claim; two owners share one only if their SHA-256 digests share
+// their first 64 bits.
+func OwnerSlotOf(scopeHash string) string {
+	return "('x' || encode(substr(" + scopeHash + ", 1, 8), 'hex'))::bit(64)::bigint"
+}
+
+// OwnerSlot is OwnerSlotOf computed in Go from a principal scope hash in
+// hex; ok is false when it is not one.
+func OwnerSlot(principalScopeHash string) (slot int64, ok bool) {
+	var b [sha256Len]byte
+	if _, err := decodeDigest(b[:], principalScopeHash); err != nil {
+		return 0, false
+	}
+	return int64(binary.BigEndian.Uint64(b[:8])), true
 }
 
 // withoutConflictArbiter removes conflictArbiter from an insert statement:
@@ -231,6 +307,19 @@ const jobColumns = `j.job_record_id, j.job_kind, j.job_status, j.attempt_count, 
 	`j.replay_source_job_record_id, j.replay_root_job_record_id, j.replay_generation_count`
 
 type scanner interface{ Scan(dest ...any) error }
+
+// scheduleColumns are the job's priority and available_at (migration
+// 00025), read before jobColumns by scanScheduledJob.
+const scheduleColumns = `j.job_priority, j.available_at`
+
+// scanScheduledJob scans scheduleColumns, then jobColumns.
+func scanScheduledJob(row scanner) (Job, error) {
+	var priority int64
+	var availableAt time.Time
+	j, err := scanJob(row, &priority, &availableAt)
+	j.Priority, j.AvailableAt = int(priority), availableAt
+	return j, err
+}
 
 // scanJob scans extra, then jobColumns.
 func scanJob(row scanner, extra ...any) (Job, error) {
@@ -303,6 +392,8 @@ func insertJobs(ctx context.Context, db DBTX, jobs []NewJob, stmts insertStateme
 	attempts := make([]int32, n)
 	sources, roots := make([]pgtype.UUID, n), make([]pgtype.UUID, n)
 	generations := make([]pgtype.Int4, n)
+	priorities := make([]int64, n)
+	notBefores := make([]pgtype.Timestamptz, n) // NULL: at once, by the database clock
 	var traceparents []pgtype.Text // nil unless some job has one
 	for i, j := range jobs {
 		if j.JobID == uuid.Nil {
@@ -328,6 +419,16 @@ func insertJobs(ctx context.Context, db DBTX, jobs []NewJob, stmts insertStateme
 			roots[i] = pgtype.UUID{Bytes: l.RootJobID, Valid: true}
 			generations[i] = pgtype.Int4{Int32: int32(l.Generation), Valid: true}
 		}
+		priorities[i] = DefaultPriority
+		if j.Priority != 0 {
+			if j.Priority < HighestPriority || j.Priority > LowestPriority {
+				return nil, fmt.Errorf("insert jobs: priority %d outside %d..%d", j.Priority, HighestPriority, LowestPriority)
+			}
+			priorities[i] = int64(j.Priority)
+		}
+		if !j.NotBefore.IsZero() {
+			notBefores[i] = pgtype.Timestamptz{Time: j.NotBefore, Valid: true}
+		}
 		if j.SubmitTraceparent != "" {
 			if traceparents == nil {
 				traceparents = make([]pgtype.Text, n)
@@ -335,7 +436,7 @@ func insertJobs(ctx context.Context, db DBTX, jobs []NewJob, stmts insertStateme
 			traceparents[i] = pgtype.Text{String: j.SubmitTraceparent, Valid: true}
 		}
 	}
-	args := []any{ids, kinds, scopes, keys, digests, payloads, attempts, sources, roots, generations}
+	args := []any{ids, kinds, scopes, keys, digests, payloads, attempts, sources, roots, generations, priorities, notBefores}
 	sql, first := stmts.plain, stmts.plainFirst
 	if traceparents != nil {
 		args = append(args, traceparents)
@@ -435,9 +536,9 @@ func insertJobs(ctx context.Context, db DBTX, jobs []NewJob, stmts insertStateme
 // chunked job's Progress is read by a second statement, only for that kind
 // (AttachProgress).
 func GetJob(ctx context.Context, db DBTX, principalScopeHash string, jobID uuid.UUID) (Job, error) {
-	row := db.QueryRow(ctx, `SELECT `+jobColumns+` FROM etl_job_records j
+	row := db.QueryRow(ctx, `SELECT `+scheduleColumns+`, `+jobColumns+` FROM etl_job_records j
 		WHERE j.job_record_id = $1 AND j.principal_scope_hash = decode($2, 'hex')`, jobID, principalScopeHash)
-	j, err := scanJob(row)
+	j, err := scanScheduledJob(row)
 	if IsNoRows(err) {
 		return Job{}, ErrNotFound
 	}

@@ -24,6 +24,8 @@ type ListParams struct {
 	PrincipalScopeHash string
 	// Status, when not empty, keeps only jobs in that state.
 	Status string
+	// Priority, when not 0, keeps only jobs of that priority (1..4).
+	Priority int
 	// After, when not nil, starts the page after that position.
 	After *PageKey
 	// Limit is the most jobs returned; it must be at least 1.
@@ -51,7 +53,7 @@ func ListJobs(ctx context.Context, db DBTX, p ListParams) ([]Job, error) {
 	defer rows.Close()
 	jobs := make([]Job, 0, p.Limit)
 	for rows.Next() {
-		j, err := scanJob(rows)
+		j, err := scanScheduledJob(rows)
 		if err != nil {
 			return nil, fmt.Errorf("list jobs: scan: %w", err)
 		}
@@ -71,11 +73,17 @@ func ListJobs(ctx context.Context, db DBTX, p ListParams) ([]Job, error) {
 // listJobsSQL is ListJobs's statement and arguments for p.
 func listJobsSQL(p ListParams) (string, []any) {
 	var b strings.Builder
-	b.WriteString(`SELECT ` + jobColumns + ` FROM etl_job_records j WHERE j.principal_scope_hash = decode($1, 'hex')`)
+	b.WriteString(`SELECT ` + scheduleColumns + `, ` + jobColumns + ` FROM etl_job_records j WHERE j.principal_scope_hash = decode($1, 'hex')`)
 	args := []any{p.PrincipalScopeHash}
 	if p.Status != "" {
 		args = append(args, p.Status)
 		b.WriteString(` AND j.job_status = $` + strconv.Itoa(len(args)))
+	}
+	if p.Priority != 0 {
+		// Like the status filter: the owner's entries are read until
+		// limit of them match.
+		args = append(args, int64(p.Priority))
+		b.WriteString(` AND j.job_priority = $` + strconv.Itoa(len(args)))
 	}
 	if p.After != nil {
 		args = append(args, p.After.CreatedAt, p.After.JobID)

@@ -288,7 +288,9 @@ var MakeAvailableSQL = pastEligibilitySQL("available_at", "PENDING",
 // pastEligibilitySQL is one statement that sets column (the time a job in
 // status becomes claimable) of the jobs matching filter to ago before the
 // database clock, and moves their claim-queue rows with it, as every product
-// statement does (migration 00005).
+// statement does (migration 00005), and makes their owners due by then
+// (migration 00025), as a requeue does: time passing would have brought
+// both. Its rows affected are the queue rows moved.
 func pastEligibilitySQL(column, status, filter, ago string) string {
 	return `
 WITH moved AS (
@@ -296,9 +298,16 @@ WITH moved AS (
     SET ` + column + ` = clock_timestamp() - ` + ago + `
     WHERE ` + filter + ` AND job_status = '` + status + `'
     RETURNING job_record_id, ` + column + ` AS eligible_at
+), queued AS (
+    UPDATE etl_job_claim_queue q SET claimable_at = m.eligible_at
+    FROM moved m WHERE q.job_record_id = m.job_record_id
+    RETURNING q.owner_slot, q.claimable_at
+), owners AS (
+    UPDATE etl_claim_owners o SET due_at = least(o.due_at, x.due_at), idle_visits = 0
+    FROM (SELECT owner_slot, min(claimable_at) AS due_at FROM queued GROUP BY owner_slot) x
+    WHERE o.owner_slot = x.owner_slot
 )
-UPDATE etl_job_claim_queue q SET claimable_at = m.eligible_at
-FROM moved m WHERE q.job_record_id = m.job_record_id`
+SELECT 1 FROM queued`
 }
 
 // claimQueueViolationsSQL lists every way the claim queue disagrees with the

@@ -1,0 +1,4 @@
+package lease
+
+// FairClaimSQL is the fair claim statement, for plan tests.
+var FairClaimSQL = fairClaimSQL

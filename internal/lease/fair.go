@@ -1,0 +1,170 @@
+package lease
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+)
+
+// fairClaimSQL is claimSQL with candidates taken fairly across owners and by
+// priority within each owner (issue 33, migration 00025). $1..$3 are
+// claimSQL's; $4 is the most owners one claim serves (ClaimParams.Owners),
+// $5 the slots kept for the globally oldest claimable jobs
+// (ClaimParams.OldestShare).
+//
+// Owners: the due owners of etl_claim_owners, least recently served first
+// (its due index: O(owners per claim)), FOR UPDATE SKIP LOCKED, so
+// concurrent claims serve different owners and never wait for each other.
+// An intake's insert may hold an owner's row until its commit; the claim
+// leaves that owner to the next claim (and to the oldest share).
+//
+// Shares: at most limit - oldest share owners are served; each may take
+// max(1, floor((limit - oldest share) × its weight / the served owners'
+// total weight)) jobs (its cap), and all of them together at most limit -
+// oldest share (rounding up small weights could pass it; the owners last in
+// line then get nothing this time). Within its cap an owner's jobs are taken
+// by priority, 1 first, through the queue's owner index (owner, priority,
+// claimable_at, id), each priority one index range up to "now" in
+// claimable_at order; so that a lower priority never starves behind a
+// stream of higher ones, each of priorities 2..4 first gets a reserve of
+// cap/16 of the cap on average (the fraction rounded at random, so a claim
+// of a few slots still reserves in proportion over many claims), taken
+// before priority 1 and skipped by its priority's full range with OFFSET. The branches run in order and
+// stop when the cap is reached (a Limit over an Append): O(cap + 7 index
+// descents) per owner.
+//
+// Oldest share: the rest of the limit ($5 slots, more when the
+// owners had fewer claimable jobs than their caps) goes to the oldest
+// claimable jobs of any owner through the eligibility index, as claimSQL
+// takes them: rows queued without an owner slot (by binaries below level 3,
+// or before migration 00025) and jobs of owners this claim did not serve are
+// taken there, so every claimable job is claimed eventually whatever the
+// owners do, and a claim is never shorter than the claimable jobs allow.
+// Rows the fair part locked are ours (a second lock by the same transaction
+// succeeds), so they are excluded by id.
+//
+// Served: each served owner that gave jobs goes to the back (due_at = now,
+// idle_visits = 0). One that gave none waits 50 ms × 2^idle_visits (at most
+// 10 s) or until its earliest future queue row (a lease expiring, a retry's
+// backoff, a scheduled job), whichever is first; an insert or a requeue of
+// its jobs makes it due again at once (pg.InsertJobs, retry and release).
+var fairClaimSQL = buildFairClaimSQL()
+
+// fairCandidates replaces claimSQL's candidates CTE.
+func fairCandidates() string {
+	branch := func(priority int, limit string) string {
+		return fmt.Sprintf(`SELECT * FROM (
+            SELECT q.job_record_id, q.claimable_at FROM etl_job_claim_queue q
+            WHERE q.owner_slot = s.owner_slot AND q.priority = %d
+              AND q.claimable_at <= (SELECT clock_timestamp())
+            ORDER BY q.claimable_at, q.job_record_id
+            %s
+            FOR UPDATE SKIP LOCKED) p%d_%s`, priority, limit, priority, strings.Fields(limit)[0])
+	}
+	var branches []string
+	for p := 4; p >= 2; p-- {
+		branches = append(branches, branch(p, "LIMIT s.reserve"))
+	}
+	branches = append(branches, branch(1, "LIMIT s.cap"))
+	for p := 2; p <= 4; p++ {
+		branches = append(branches, branch(p, "OFFSET s.reserve LIMIT s.cap"))
+	}
+	return `WITH owners AS (
+    SELECT o.ctid AS owner_ctid, o.owner_slot, o.weight
+    FROM etl_claim_owners o
+    WHERE o.due_at <= (SELECT clock_timestamp())
+    ORDER BY o.due_at, o.owner_slot
+    LIMIT least($4, $1 - $5)
+    FOR UPDATE SKIP LOCKED
+), caps AS (
+    SELECT owner_ctid, owner_slot,
+           greatest(1, floor(($1 - $5) * weight::numeric / sum(weight) OVER ()))::bigint AS cap
+    FROM owners
+), shares AS (
+    SELECT owner_ctid, owner_slot, cap,
+           cap / 16 + (random() < (cap % 16) / 16.0)::int AS reserve
+    FROM caps
+), fair AS (
+    SELECT s.owner_slot, c.job_record_id, c.claimable_at
+    FROM shares s CROSS JOIN LATERAL (
+        ` + strings.Join(branches, "\n        UNION ALL ") + `
+        LIMIT s.cap
+    ) c
+    LIMIT $1 - $5
+), oldest AS (
+    SELECT q.job_record_id, q.claimable_at
+    FROM etl_job_claim_queue q
+    WHERE q.claimable_at <= (SELECT clock_timestamp())
+      AND q.job_record_id <> ALL (ARRAY(SELECT job_record_id FROM fair))
+    ORDER BY q.claimable_at, q.job_record_id
+    LIMIT greatest($1 - (SELECT count(*) FROM fair), 0)
+    FOR UPDATE SKIP LOCKED
+), candidates AS (
+    SELECT job_record_id,
+           (extract(epoch FROM clock_timestamp() - claimable_at) * 1000000)::bigint AS pickup_micros
+    FROM (SELECT job_record_id, claimable_at FROM fair
+          UNION ALL
+          SELECT job_record_id, claimable_at FROM oldest) c
+)`
+}
+
+// fairServed is the CTE that moves the served owners (see fairClaimSQL).
+const fairServed = `, served AS (
+    UPDATE etl_claim_owners o
+    SET due_at = CASE
+            WHEN o.owner_slot = ANY (ARRAY(SELECT DISTINCT owner_slot FROM fair)) THEN clock_timestamp()
+            ELSE least(clock_timestamp() + interval '50 milliseconds' * power(2, least(o.idle_visits, 8)),
+                       clock_timestamp() + interval '10 seconds',
+                       (SELECT min(n.claimable_at) FROM (
+                            (SELECT q.claimable_at FROM etl_job_claim_queue q
+                             WHERE q.owner_slot = o.owner_slot AND q.priority = 1 AND q.claimable_at > (SELECT clock_timestamp())
+                             ORDER BY q.claimable_at LIMIT 1)
+                            UNION ALL
+                            (SELECT q.claimable_at FROM etl_job_claim_queue q
+                             WHERE q.owner_slot = o.owner_slot AND q.priority = 2 AND q.claimable_at > (SELECT clock_timestamp())
+                             ORDER BY q.claimable_at LIMIT 1)
+                            UNION ALL
+                            (SELECT q.claimable_at FROM etl_job_claim_queue q
+                             WHERE q.owner_slot = o.owner_slot AND q.priority = 3 AND q.claimable_at > (SELECT clock_timestamp())
+                             ORDER BY q.claimable_at LIMIT 1)
+                            UNION ALL
+                            (SELECT q.claimable_at FROM etl_job_claim_queue q
+                             WHERE q.owner_slot = o.owner_slot AND q.priority = 4 AND q.claimable_at > (SELECT clock_timestamp())
+                             ORDER BY q.claimable_at LIMIT 1)) n))
+        END,
+        idle_visits = CASE
+            WHEN o.owner_slot = ANY (ARRAY(SELECT DISTINCT owner_slot FROM fair)) THEN 0
+            ELSE least(o.idle_visits + 1, 1000)
+        END,
+        updated_at = clock_timestamp()
+    WHERE o.ctid = ANY (ARRAY(SELECT owner_ctid FROM shares))
+)`
+
+func buildFairClaimSQL() string {
+	start := strings.Index(claimSQL, "WITH candidates AS (")
+	end := strings.Index(claimSQL, "), picked AS (")
+	if start < 0 || end < 0 {
+		panic("lease: claimSQL lost its candidates CTE")
+	}
+	sql := claimSQL[:start] + fairCandidates() + claimSQL[end+1:]
+	const tail = "\n)\nSELECT 1, job_record_id"
+	if !strings.Contains(sql, tail) {
+		panic("lease: claimSQL lost its final SELECT")
+	}
+	return strings.Replace(sql, tail, "\n)"+fairServed+"\nSELECT 1, job_record_id", 1)
+}
+
+// oldestShare is the slots of a fair claim of limit jobs kept for the
+// oldest claimable jobs of any owner: limit/16, the remainder's fraction
+// rounded at random, so that small claims keep the share on average; never
+// the whole limit when it is above 1.
+func oldestShare(limit int) int {
+	share := limit / 16
+	if rand.IntN(16) < limit%16 {
+		share++
+	}
+	if share >= limit && limit > 1 {
+		share = limit - 1
+	}
+	return share
+}
