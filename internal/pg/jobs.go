@@ -394,7 +394,7 @@ func insertJobs(ctx context.Context, db DBTX, jobs []NewJob, stmts insertStateme
 	generations := make([]pgtype.Int4, n)
 	priorities := make([]int64, n)
 	notBefores := make([]pgtype.Timestamptz, n) // NULL: at once, by the database clock
-	var traceparents []pgtype.Text // nil unless some job has one
+	var traceparents []pgtype.Text              // nil unless some job has one
 	for i, j := range jobs {
 		if j.JobID == uuid.Nil {
 			id, err := uuid.NewV7()
