@@ -74,11 +74,11 @@ func fairCandidates() string {
     FROM etl_claim_owners o
     WHERE o.due_at <= (SELECT clock_timestamp())
     ORDER BY o.due_at, o.owner_slot
-    LIMIT least($4, $1 - $5)
+    LIMIT least($4::bigint, $1::bigint - $5::bigint)
     FOR UPDATE SKIP LOCKED
 ), caps AS (
     SELECT owner_ctid, owner_slot,
-           greatest(1, floor(($1 - $5) * weight::numeric / sum(weight) OVER ()))::bigint AS cap
+           greatest(1, floor(($1::bigint - $5::bigint) * weight::numeric / sum(weight) OVER ()))::bigint AS cap
     FROM owners
 ), shares AS (
     SELECT owner_ctid, owner_slot, cap,
@@ -90,14 +90,14 @@ func fairCandidates() string {
         ` + strings.Join(branches, "\n        UNION ALL ") + `
         LIMIT s.cap
     ) c
-    LIMIT $1 - $5
+    LIMIT $1::bigint - $5::bigint
 ), oldest AS (
     SELECT q.job_record_id, q.claimable_at
     FROM etl_job_claim_queue q
     WHERE q.claimable_at <= (SELECT clock_timestamp())
       AND q.job_record_id <> ALL (ARRAY(SELECT job_record_id FROM fair))
     ORDER BY q.claimable_at, q.job_record_id
-    LIMIT greatest($1 - (SELECT count(*) FROM fair), 0)
+    LIMIT greatest($1::bigint - (SELECT count(*) FROM fair), 0)
     FOR UPDATE SKIP LOCKED
 ), candidates AS (
     SELECT job_record_id,
