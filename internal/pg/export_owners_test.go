@@ -1,0 +1,5 @@
+package pg
+
+// CountOwnerPendingSQL is countOwnerPendingSQL (owners_test.go pins its
+// plan).
+const CountOwnerPendingSQL = countOwnerPendingSQL
