@@ -74,6 +74,7 @@ func TestWorkerDefaultsAreTheLibraryDefaults(t *testing.T) {
 		{"MIGHTYETL_SHUTDOWN_GRACE_PERIOD", c.ShutdownGrace, w.ShutdownGrace},
 		{"MIGHTYETL_MAX_JOB_DURATION", c.MaxJobDuration, w.MaxJobDuration},
 		{"MIGHTYETL_WORKER_CHUNKED_SLOTS", c.ChunkedSlots, w.ChunkedSlots},
+		{"MIGHTYETL_CLAIM_OWNERS", c.ClaimOwners, w.ClaimOwners},
 		{"MIGHTYETL_CHUNK_RECORDS", c.ChunkRecords, w.ChunkRecords},
 		{"MIGHTYETL_CHUNK_BYTES", c.ChunkBytes, w.ChunkBytes},
 		{"MIGHTYETL_MAX_ATTEMPTS (worker and intake)", c.MaxAttempts, intake.Options{}.WithDefaults().MaxAttempts},

@@ -36,6 +36,7 @@ type Worker struct {
 	Database        Database      // MIGHTYETL_DATABASE_POOLER, MIGHTYETL_DATABASE_DIRECT_URL
 	WorkerID        string        // MIGHTYETL_WORKER_ID, default worker.DefaultOwnerID() (host-pid-random)
 	Concurrency     int           // MIGHTYETL_WORKER_CONCURRENCY, default 8 (1..10000)
+	ClaimOwners     int           // MIGHTYETL_CLAIM_OWNERS, default 32 (0..1000; 0: first-come first-served)
 	PoolSize        int           // MIGHTYETL_WORKER_POOL_SIZE, default 6 (2..1000): execution pool connections
 	PollInterval    time.Duration // MIGHTYETL_WORKER_POLL_INTERVAL, default 1s (10ms..1h)
 	LeaseDuration   time.Duration // MIGHTYETL_LEASE_DURATION, default 30s (1s..24h)
@@ -82,6 +83,8 @@ func RegisterWorker(l *Loader, dst *Worker) {
 	l.String(&dst.MetricsAddr, "MIGHTYETL_METRICS_ADDR", "metrics-addr", DefaultMetricsAddr, "metrics and health listen address", nonEmpty)
 	l.Int(&dst.MaxBatchRecords, "MIGHTYETL_MAX_BATCH_RECORDS", "max-batch-records", intake.DefaultMaxBatchRecords, 1, 100000, "records per job")
 	l.Duration(&dst.MaxJobDuration, "MIGHTYETL_MAX_JOB_DURATION", "max-job-duration", worker.DefaultMaxJobDuration, time.Second, 7*24*time.Hour, "longest one attempt of a job may run; past it the job fails etl_job_timeout")
+	l.Int(&dst.ClaimOwners, "MIGHTYETL_CLAIM_OWNERS", "claim-owners", worker.DefaultClaimOwners, 0, 1000,
+		"owners one claim serves, each with its weighted share and by priority within it; 0: first-come first-served")
 	l.Int(&dst.ChunkedSlots, "MIGHTYETL_WORKER_CHUNKED_SLOTS", "chunked-slots", worker.DefaultChunkedSlots, 0, 64,
 		"execution slots for large (chunked) jobs, besides the concurrency; 0: claim none")
 	l.Int(&dst.ChunkRecords, "MIGHTYETL_CHUNK_RECORDS", "chunk-records", chunked.DefaultChunkRecords, 1, 1000000,

@@ -171,6 +171,7 @@ func (p *Producer) runOnce(ctx context.Context) {
 		cctx, span := tracing.Start(cctx, "worker.claim", attribute.Int("batch.limit", free))
 		res, err := p.claim(cctx, p.db, lease.ClaimParams{
 			OwnerID: p.cfg.OwnerID, Limit: free, LeaseDuration: p.cfg.LeaseDuration,
+			Owners: max(p.cfg.ClaimOwners, 0),
 		})
 		tracing.EndBatch(span, len(res.Claimed), err)
 		cancel()

@@ -40,9 +40,12 @@ const (
 	// Internal tuning, not exposed by internal/config: measured with the
 	// burndown benchmark (docs/performance.md) and fixed for every
 	// deployment; library users may still set them.
-	DefaultFinishBatch    = 1024
-	DefaultCompleters     = 2
-	DefaultClaimCooldown  = 500 * time.Microsecond
+	DefaultFinishBatch   = 1024
+	DefaultCompleters    = 2
+	DefaultClaimCooldown = 500 * time.Microsecond
+	// DefaultClaimOwners is how many owners one claim serves fairly
+	// (MIGHTYETL_CLAIM_OWNERS; issue 33).
+	DefaultClaimOwners    = 32
 	DefaultFinishLinger   = 2 * time.Millisecond
 	DefaultFinishMaxRows  = 20000
 	DefaultFinishMaxBytes = 16 << 20
@@ -95,6 +98,11 @@ type Config struct {
 	// before claiming for them (DefaultClaimCooldown; negative: claim at
 	// once; internal). A wake-up for new jobs never waits for it.
 	ClaimCooldown time.Duration
+	// ClaimOwners is how many owners one claim serves, each with its
+	// weighted share of the free slots and by priority within it
+	// (lease.ClaimParams.Owners; DefaultClaimOwners; negative: first-come
+	// first-served; MIGHTYETL_CLAIM_OWNERS, where 0 means that).
+	ClaimOwners int
 	// FinishLinger is how long a completer that has fewer than FinishBatch
 	// results waits for more before committing (DefaultFinishLinger;
 	// negative: no wait; internal). A result's slot is already free while it
@@ -160,6 +168,7 @@ func (c Config) WithDefaults() Config {
 	c.FinishBatch = cmp.Or(c.FinishBatch, DefaultFinishBatch)
 	c.Completers = cmp.Or(c.Completers, DefaultCompleters)
 	c.ClaimCooldown = cmp.Or(c.ClaimCooldown, DefaultClaimCooldown)
+	c.ClaimOwners = cmp.Or(c.ClaimOwners, DefaultClaimOwners)
 	c.FinishLinger = cmp.Or(c.FinishLinger, DefaultFinishLinger)
 	c.FinishMaxRows = cmp.Or(c.FinishMaxRows, DefaultFinishMaxRows)
 	c.FinishMaxBytes = cmp.Or(c.FinishMaxBytes, DefaultFinishMaxBytes)
