@@ -45,9 +45,10 @@ import (
 //
 // Served: each served owner that gave jobs goes to the back (due_at = now,
 // idle_visits = 0). One that gave none waits 50 ms × 2^idle_visits (at most
-// 10 s) or until its earliest future queue row (a lease expiring, a retry's
-// backoff, a scheduled job), whichever is first; an insert or a requeue of
-// its jobs makes it due again at once (pg.InsertJobs, retry and release).
+// 6.4 s) or until its earliest future queue row (a lease expiring, a retry's
+// backoff, a scheduled job), whichever is first, and one without any queue
+// row is parked (fairServed); an insert or a requeue of its jobs makes it
+// due again at once (pg.InsertJobs, retry and release).
 var fairClaimSQL = buildFairClaimSQL()
 
 // fairCandidates replaces claimSQL's candidates CTE.
@@ -109,28 +110,34 @@ func fairCandidates() string {
 }
 
 // fairServed is the CTE that moves the served owners (see fairClaimSQL).
+// An owner that gave no job and has no queue row at all on its third look
+// in a row is parked at 'infinity': only an insert or a requeue of its jobs
+// makes it due again (pg.InsertJobs makes an owner with idle_visits > 0 due
+// with a locked write, so the two looks before parking leave at least 150 ms
+// for an insert that read it as busy to commit; an insert slower than that
+// still has its jobs claimed, by the oldest share).
 const fairServed = `, served AS (
     UPDATE etl_claim_owners o
     SET due_at = CASE
             WHEN o.owner_slot = ANY (ARRAY(SELECT DISTINCT owner_slot FROM fair)) THEN clock_timestamp()
-            ELSE least(clock_timestamp() + interval '50 milliseconds' * power(2, least(o.idle_visits, 8)),
-                       clock_timestamp() + interval '10 seconds',
-                       (SELECT min(n.claimable_at) FROM (
-                            (SELECT q.claimable_at FROM etl_job_claim_queue q
-                             WHERE q.owner_slot = o.owner_slot AND q.priority = 1 AND q.claimable_at > (SELECT clock_timestamp())
-                             ORDER BY q.claimable_at LIMIT 1)
-                            UNION ALL
-                            (SELECT q.claimable_at FROM etl_job_claim_queue q
-                             WHERE q.owner_slot = o.owner_slot AND q.priority = 2 AND q.claimable_at > (SELECT clock_timestamp())
-                             ORDER BY q.claimable_at LIMIT 1)
-                            UNION ALL
-                            (SELECT q.claimable_at FROM etl_job_claim_queue q
-                             WHERE q.owner_slot = o.owner_slot AND q.priority = 3 AND q.claimable_at > (SELECT clock_timestamp())
-                             ORDER BY q.claimable_at LIMIT 1)
-                            UNION ALL
-                            (SELECT q.claimable_at FROM etl_job_claim_queue q
-                             WHERE q.owner_slot = o.owner_slot AND q.priority = 4 AND q.claimable_at > (SELECT clock_timestamp())
-                             ORDER BY q.claimable_at LIMIT 1)) n))
+            WHEN o.idle_visits >= 2
+             AND NOT EXISTS (SELECT 1 FROM etl_job_claim_queue q WHERE q.owner_slot = o.owner_slot)
+                THEN 'infinity'::timestamptz
+            -- Back off, but no later than the owner's earliest future row
+            -- (LEAST ignores the NULLs of priorities without one).
+            ELSE least(clock_timestamp() + interval '50 milliseconds' * power(2, least(o.idle_visits, 7)),
+                       (SELECT q.claimable_at FROM etl_job_claim_queue q
+                  WHERE q.owner_slot = o.owner_slot AND q.priority = 1 AND q.claimable_at > (SELECT clock_timestamp())
+                  ORDER BY q.claimable_at LIMIT 1),
+                       (SELECT q.claimable_at FROM etl_job_claim_queue q
+                  WHERE q.owner_slot = o.owner_slot AND q.priority = 2 AND q.claimable_at > (SELECT clock_timestamp())
+                  ORDER BY q.claimable_at LIMIT 1),
+                       (SELECT q.claimable_at FROM etl_job_claim_queue q
+                  WHERE q.owner_slot = o.owner_slot AND q.priority = 3 AND q.claimable_at > (SELECT clock_timestamp())
+                  ORDER BY q.claimable_at LIMIT 1),
+                       (SELECT q.claimable_at FROM etl_job_claim_queue q
+                  WHERE q.owner_slot = o.owner_slot AND q.priority = 4 AND q.claimable_at > (SELECT clock_timestamp())
+                  ORDER BY q.claimable_at LIMIT 1))
         END,
         idle_visits = CASE
             WHEN o.owner_slot = ANY (ARRAY(SELECT DISTINCT owner_slot FROM fair)) THEN 0

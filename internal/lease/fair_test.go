@@ -199,8 +199,9 @@ func TestOwnerFoundEmptyIsDueAgainWhenItSubmits(t *testing.T) {
 	pool, _ := pgtest.NewDatabase(t)
 	owner := pgtest.SHA("owner-idle")
 	pgtest.InsertN(t, pool, 1, pg.NewJob{PrincipalScopeHash: owner})
-	if n := len(fairClaim(t, pool, 4)); n != 1 {
-		t.Fatalf("claimed %d, want 1", n)
+	first := fairClaim(t, pool, 4)
+	if len(first) != 1 {
+		t.Fatalf("claimed %d, want 1", len(first))
 	}
 	// Served: due again now; the next claim finds it empty and backs off.
 	for range 3 {
@@ -215,6 +216,30 @@ func TestOwnerFoundEmptyIsDueAgainWhenItSubmits(t *testing.T) {
 	}
 	if idle < 1 || !ahead {
 		t.Fatalf("after empty visits: idle_visits %d, due ahead %v; want backed off", idle, ahead)
+	}
+	// Its backoff passing (moved by the database clock), the looks go on
+	// until it is parked: no queue row at all on the third look in a row.
+	// (Its claimed job's queue row is gone once it succeeds.)
+	if _, err := pgtest.SucceedOne(context.Background(), pool, first[0].Ref); err != nil {
+		t.Fatal(err)
+	}
+	var parked bool
+	for range 5 {
+		if _, err := pool.Exec(context.Background(), `UPDATE etl_claim_owners SET due_at = clock_timestamp() - interval '1 millisecond'
+			WHERE owner_slot = $1 AND due_at <> 'infinity'`, slot); err != nil {
+			t.Fatal(err)
+		}
+		fairClaim(t, pool, 4)
+		if err := pool.QueryRow(context.Background(),
+			`SELECT due_at = 'infinity' FROM etl_claim_owners WHERE owner_slot = $1`, slot).Scan(&parked); err != nil {
+			t.Fatal(err)
+		}
+		if parked {
+			break
+		}
+	}
+	if !parked {
+		t.Fatal("an owner without queue rows was not parked after repeated empty looks")
 	}
 	ids := pgtest.InsertN(t, pool, 1, pg.NewJob{PrincipalScopeHash: owner})
 	// Due at once: claimed by the fair part even with no oldest share

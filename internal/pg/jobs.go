@@ -97,10 +97,18 @@ type Job struct {
 	RequestDigest string
 	// Priority (1..4) and AvailableAt (when the job becomes, or became,
 	// claimable: its notBefore while a scheduled job waits, its next
-	// attempt's time after a retry) are filled by GetJob and ListJobs
-	// (scheduleColumns); other reads leave them zero.
+	// attempt's time after a retry) are filled by the owner's reads and
+	// writes of this package (GetJob, ListJobs, InsertJobs, ReplayJob,
+	// CancelJob, FindSubmittedJob: scheduleColumns); other reads leave them
+	// zero (CancelJob fills only Priority: a cancelled job is never
+	// claimable).
 	Priority    int
 	AvailableAt time.Time
+	// NotBefore is AvailableAt while the job is PENDING and AvailableAt is
+	// later than the database clock at the read (a scheduled job, or a
+	// retry waiting out its backoff); zero otherwise. Filled where
+	// AvailableAt is.
+	NotBefore time.Time
 	// Progress is the load's checkpoint of a job of kind etl_chunked, nil
 	// for every other kind (and for a chunked job whose load row is gone).
 	// GetJob and ListJobs fill it; other reads leave it nil.
@@ -125,9 +133,10 @@ type Inserted struct {
 // loser waits for the winner's commit and then inserts nothing. The lineage
 // arrays hold NULL for jobs without lineage. It returns only what the
 // database decided (id, status and attempt count from the column defaults,
-// the timestamps); the rest of each created Job is its input (kind, digest,
-// lineage), which spares the statement the projection and hex encoding of
-// every column per row.
+// the timestamps, the priority, available_at and the notBefore it makes);
+// the rest of each created Job is its input (kind, digest, lineage), which
+// spares the statement the projection and hex encoding of every column per
+// row.
 //
 // insertJobsUnannouncedSQL and its traced twin are the same statements
 // without the job_available row, for a caller that announces the jobs
@@ -137,10 +146,12 @@ WITH ins AS (
     INSERT INTO etl_job_records AS j (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
                                  request_digest, request_payload, max_attempts,
                                  replay_source_job_record_id, replay_root_job_record_id, replay_generation_count, job_priority, available_at)
-    -- available_at: the job's notBefore, or the database clock's now
-    -- (NULL in $12) for a job to run at once.
+    -- available_at: the job's notBefore, or the database clock's now when
+    -- it has none (NULL in $12: greatest ignores NULLs) or one already
+    -- past, so a past notBefore runs at once without overtaking the jobs
+    -- queued before it (claims take the oldest claimable_at first).
     SELECT u.id, u.kind, u.scope, u.key, u.digest, u.payload, u.attempts, u.source, u.root, u.generation,
-           u.priority, coalesce(u.not_before, clock_timestamp())
+           u.priority, greatest(u.not_before, clock_timestamp())
     FROM unnest($1::uuid[], $2::text[], $3::bytea[], $4::bytea[], $5::bytea[], $6::text[], $7::int[],
                 $8::uuid[], $9::uuid[], $10::int[], $11::bigint[], $12::timestamptz[])
          AS u(id, kind, scope, key, digest, payload, attempts, source, root, generation, priority, not_before)
@@ -163,10 +174,14 @@ WITH ins AS (
     GROUP BY i.owner_slot
     HAVING NOT EXISTS (SELECT 1 FROM etl_claim_owners x
                        WHERE x.owner_slot = i.owner_slot AND x.due_at <= min(i.available_at) AND x.idle_visits = 0)
+    -- One lock order for every insert: two groups upserting the same
+    -- owners never deadlock.
+    ORDER BY i.owner_slot
     ON CONFLICT (owner_slot) DO UPDATE
     SET due_at = least(o.due_at, excluded.due_at), idle_visits = 0, updated_at = clock_timestamp()
 )` + availableEventCTE + `
-SELECT job_record_id, job_status, attempt_count, created_at, updated_at FROM ins`
+SELECT job_record_id, job_status, attempt_count, created_at, updated_at, job_priority, available_at,
+       ` + notBeforeOf("job_status", "available_at") + ` FROM ins`
 
 // availableEventCTE is insertJobsSQL's job_available outbox row.
 const availableEventCTE = `, events AS (
@@ -196,7 +211,7 @@ func withoutPart(sql, part string) string {
 // job has a trace context, so an untraced insert costs nothing extra.
 var insertTracedJobsSQL = mustReplace(insertJobsSQL,
 	"job_priority, available_at)\n", "job_priority, available_at, submit_traceparent)\n",
-	"u.priority, coalesce(u.not_before, clock_timestamp())\n", "u.priority, coalesce(u.not_before, clock_timestamp()), u.traceparent\n",
+	"u.priority, greatest(u.not_before, clock_timestamp())\n", "u.priority, greatest(u.not_before, clock_timestamp()), u.traceparent\n",
 	"$12::timestamptz[])", "$12::timestamptz[], $13::text[])",
 	"priority, not_before)\n", "priority, not_before, traceparent)\n",
 )
@@ -294,7 +309,7 @@ const conflictCooldown = 64
 // existingJobsSQL reads the rows that hold the given (principal, key)
 // pairs, through the submission-key unique index.
 var existingJobsSQL = `
-SELECT j.principal_scope_hash, j.submission_key_hash, ` + jobColumns + `
+SELECT j.principal_scope_hash, j.submission_key_hash, ` + scheduleColumns + `, ` + jobColumns + `
 FROM etl_job_records j
 JOIN unnest($1::bytea[], $2::bytea[]) AS k(principal_scope_hash, submission_key_hash)
   ON ` + pairOf("k.principal_scope_hash", "k.submission_key_hash")
@@ -308,16 +323,31 @@ const jobColumns = `j.job_record_id, j.job_kind, j.job_status, j.attempt_count, 
 
 type scanner interface{ Scan(dest ...any) error }
 
-// scheduleColumns are the job's priority and available_at (migration
-// 00025), read before jobColumns by scanScheduledJob.
-const scheduleColumns = `j.job_priority, j.available_at`
+// scheduleColumns are the job's priority, available_at (migration 00025)
+// and notBefore (notBeforeOf), read before jobColumns by scanScheduledJob.
+var scheduleColumns = `j.job_priority, j.available_at, ` + notBeforeOf("j.job_status", "j.available_at")
 
-// scanScheduledJob scans scheduleColumns, then jobColumns.
-func scanScheduledJob(row scanner) (Job, error) {
+// notBeforeOf is the SQL expression of a job's notBefore from its status
+// and available_at (SQL expressions): available_at while the job is
+// PENDING and available_at is later than the database clock
+// (clock_timestamp(): the time of this read, also inside a longer
+// transaction), else NULL. The claim compares the same clock
+// (claimable_at <= clock_timestamp()), so a job shown with a notBefore is
+// one no claim could take at that moment.
+func notBeforeOf(status, availableAt string) string {
+	return "CASE WHEN " + status + " = '" + StatusPending + "' AND " + availableAt + " > clock_timestamp() THEN " + availableAt + " END"
+}
+
+// scanScheduledJob scans extra, then scheduleColumns, then jobColumns.
+func scanScheduledJob(row scanner, extra ...any) (Job, error) {
 	var priority int64
 	var availableAt time.Time
-	j, err := scanJob(row, &priority, &availableAt)
+	var notBefore pgtype.Timestamptz
+	j, err := scanJob(row, append(extra, &priority, &availableAt, &notBefore)...)
 	j.Priority, j.AvailableAt = int(priority), availableAt
+	if notBefore.Valid {
+		j.NotBefore = notBefore.Time
+	}
 	return j, err
 }
 
@@ -450,12 +480,18 @@ func insertJobs(ctx context.Context, db DBTX, jobs []NewJob, stmts insertStateme
 		}
 		defer rows.Close()
 		var id pgtype.UUID // binary, as in scanJob
-		var j Job
+		var priority int64
+		var notBefore pgtype.Timestamptz
 		for rows.Next() {
-			if err := rows.Scan(&id, &j.Status, &j.AttemptCount, &j.CreatedAt, &j.UpdatedAt); err != nil {
+			var j Job
+			if err := rows.Scan(&id, &j.Status, &j.AttemptCount, &j.CreatedAt, &j.UpdatedAt,
+				&priority, &j.AvailableAt, &notBefore); err != nil {
 				return fmt.Errorf("scan: %w", err)
 			}
-			j.JobID = id.Bytes
+			j.JobID, j.Priority = id.Bytes, int(priority)
+			if notBefore.Valid {
+				j.NotBefore = notBefore.Time
+			}
 			created[j.JobID] = j
 		}
 		return rows.Err()
@@ -504,7 +540,7 @@ func insertJobs(ctx context.Context, db DBTX, jobs []NewJob, stmts insertStateme
 	existing := make(map[pair]Job, len(missScopes))
 	for rows.Next() {
 		var scope, key []byte
-		j, err := scanJob(rows, &scope, &key)
+		j, err := scanScheduledJob(rows, &scope, &key)
 		if err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("read existing jobs: scan: %w", err)
