@@ -103,6 +103,7 @@ ALTER TABLE etl_upload_chunks       OWNER TO mightyetl_migrator_role;
 ALTER TABLE etl_chunked_job_queue   OWNER TO mightyetl_migrator_role;
 ALTER TABLE etl_chunked_loads       OWNER TO mightyetl_migrator_role;
 ALTER TABLE etl_chunked_load_bad_records OWNER TO mightyetl_migrator_role;
+ALTER TABLE etl_claim_owners        OWNER TO mightyetl_migrator_role;
 ALTER VIEW  processed_data_visible  OWNER TO mightyetl_migrator_role;
 ALTER SEQUENCE etl_lease_fencing_token_sequence OWNER TO mightyetl_migrator_role;
 DO $functions$
@@ -149,7 +150,7 @@ REVOKE ALL ON TABLE etl_job_records, etl_idempotency_records, processed_data, et
                     etl_job_claim_queue, etl_operator_audit_records, etl_schema_compatibility,
                     etl_maintenance_leader, etl_uploads, etl_upload_parts, etl_upload_chunks,
                     etl_chunked_job_queue, etl_chunked_loads, etl_chunked_load_bad_records,
-                    processed_data_visible
+                    processed_data_visible, etl_claim_owners
     FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role, mightyetl_maintenance_role;
 REVOKE ALL ON SEQUENCE etl_lease_fencing_token_sequence, processed_data_processed_data_id_seq
     FROM PUBLIC, mightyetl_worker_role, mightyetl_intake_role, mightyetl_relay_role, mightyetl_maintenance_role;
@@ -207,6 +208,9 @@ GRANT INSERT ON TABLE processed_data, etl_outbox_events
     TO mightyetl_worker_role;
 -- The claim queue: the claim moves and removes rows; the finish removes them.
 GRANT SELECT, DELETE, UPDATE (claimable_at) ON TABLE etl_job_claim_queue TO mightyetl_worker_role;
+-- Fair claiming (migration 00025): the claim locks and moves the owners it
+-- serves; a retry or release makes its job's owner due.
+GRANT SELECT, UPDATE (due_at, idle_visits, updated_at) ON TABLE etl_claim_owners TO mightyetl_worker_role;
 GRANT USAGE ON SEQUENCE etl_lease_fencing_token_sequence, processed_data_processed_data_id_seq
     TO mightyetl_worker_role;
 -- Large (chunked) jobs (migration 00023, internal/lease/chunked.go,
@@ -247,12 +251,13 @@ GRANT SELECT, DELETE ON TABLE processed_data TO mightyetl_worker_role;
 GRANT SELECT (job_record_id, job_kind, principal_scope_hash, submission_key_hash, request_digest,
               job_status, attempt_count, max_attempts, available_at, failure_code,
               created_at, updated_at, cancellation_key_hash, cancellation_code, job_cancelled_at,
-              replay_source_job_record_id, replay_root_job_record_id, replay_generation_count)
+              replay_source_job_record_id, replay_root_job_record_id, replay_generation_count,
+              job_priority)
     ON TABLE etl_job_records TO mightyetl_intake_role;
 GRANT INSERT (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
               request_digest, request_payload, max_attempts,
               replay_source_job_record_id, replay_root_job_record_id, replay_generation_count,
-              submit_traceparent)
+              submit_traceparent, job_priority, available_at)
     ON TABLE etl_job_records TO mightyetl_intake_role;
 GRANT UPDATE (principal_scope_hash) ON TABLE etl_job_records TO mightyetl_intake_role;
 GRANT EXECUTE ON FUNCTION etl_cancel_job(uuid, text, text) TO mightyetl_intake_role;
@@ -284,6 +289,12 @@ GRANT SELECT, INSERT ON TABLE etl_idempotency_records TO mightyetl_intake_role;
 GRANT INSERT ON TABLE etl_outbox_events TO mightyetl_intake_role;
 -- Submit and replay queue new jobs (cancellation dequeues inside etl_cancel_job).
 GRANT INSERT ON TABLE etl_job_claim_queue TO mightyetl_intake_role;
+-- A job insert makes its owner due (migration 00025: ON CONFLICT DO UPDATE
+-- needs SELECT and UPDATE of the columns it reads and sets); the intake
+-- writes the configured owner weights at start.
+GRANT SELECT, INSERT (owner_slot, due_at, idle_visits, weight),
+      UPDATE (due_at, idle_visits, weight, updated_at)
+    ON TABLE etl_claim_owners TO mightyetl_intake_role;
 GRANT INSERT ON TABLE processed_data TO mightyetl_intake_role;
 GRANT USAGE ON SEQUENCE processed_data_processed_data_id_seq TO mightyetl_intake_role;
 -- Large-job uploads (migration 00023, internal/pg/uploads.go): the intake

@@ -72,7 +72,9 @@ func TestWorkerRoleRunsLeasesAndNothingMore(t *testing.T) {
 	}
 	var c lease.Claim
 	err = asWorker(func(tx pgx.Tx) error {
-		res, err := lease.ClaimJobs(ctx, tx, lease.ClaimParams{OwnerID: "grant-worker", Limit: 1, LeaseDuration: time.Minute})
+		// The fair claim (the worker's default): it locks and moves the
+		// owner it serves (migration 00025).
+		res, err := lease.ClaimJobs(ctx, tx, lease.ClaimParams{OwnerID: "grant-worker", Limit: 2, LeaseDuration: time.Minute, Owners: 32})
 		if err == nil && len(res.Claimed) == 1 {
 			c = res.Claimed[0]
 		}
