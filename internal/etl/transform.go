@@ -187,34 +187,37 @@ func anyNUL(v any) bool {
 // appendJSONString writes s (valid UTF-8) as a JSON string, escaping only what JSON requires
 // (no HTML escaping, so Normalized stays readable).
 func appendJSONString(b *bytes.Buffer, s string) {
+	b.Write(appendJSONStringBytes(b.AvailableBuffer(), s))
+}
+
+// appendJSONStringBytes appends s as appendJSONString writes it.
+func appendJSONStringBytes(dst []byte, s string) []byte {
 	const hex = "0123456789abcdef"
-	b.WriteByte('"')
+	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if c >= 0x20 && c != '"' && c != '\\' {
 			continue
 		}
-		b.WriteString(s[start:i])
+		dst = append(dst, s[start:i]...)
 		switch c {
 		case '"', '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
+			dst = append(dst, '\\', c)
 		case '\n':
-			b.WriteString(`\n`)
+			dst = append(dst, `\n`...)
 		case '\r':
-			b.WriteString(`\r`)
+			dst = append(dst, `\r`...)
 		case '\t':
-			b.WriteString(`\t`)
+			dst = append(dst, `\t`...)
 		default:
-			b.WriteString(`\u00`)
-			b.WriteByte(hex[c>>4])
-			b.WriteByte(hex[c&0xF])
+			dst = append(dst, `\u00`...)
+			dst = append(dst, hex[c>>4], hex[c&0xF])
 		}
 		start = i + 1
 	}
-	b.WriteString(s[start:])
-	b.WriteByte('"')
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
 }
 
 // ResponseText is the text/plain body of the synchronous path and the ledger: one line
