@@ -18,30 +18,38 @@ import (
 // An intake's insert may hold an owner's row until its commit; the claim
 // leaves that owner to the next claim (and to the oldest share).
 //
-// Shares: at most limit - oldest share owners are served; each may take
-// max(1, floor((limit - oldest share) × its weight / the served owners'
-// total weight)) jobs (its cap), and all of them together at most limit -
-// oldest share (rounding up small weights could pass it; the owners last in
-// line then get nothing this time). Within its cap an owner's jobs are taken
-// by priority, 1 first, through the queue's owner index (owner, priority,
+// Oldest share: first, $5 slots (a sixteenth of the limit, rounded at
+// random: oldestShare) go to the oldest claimable jobs of any owner through
+// the eligibility index, as claimSQL takes them. Rows queued without an
+// owner slot (by binaries below level 3, or before migration 00025) and
+// jobs of owners the rotation has not reached are claimed there, so every
+// claimable job is claimed eventually whatever the owners do.
+//
+// Shares: then at most limit - $5 owners are served; each may take
+// max(1, floor((limit - $5) × its weight / the served owners' total
+// weight)) jobs (its cap), all of them together at most limit - $5
+// (rounding up small weights could pass it; the owners last in line then
+// get nothing this time). Within its cap an owner's jobs are taken by
+// priority, 1 first, through the queue's owner index (owner, priority,
 // claimable_at, id), each priority one index range up to "now" in
 // claimable_at order; so that a lower priority never starves behind a
 // stream of higher ones, each of priorities 2..4 first gets a reserve of
 // cap/16 of the cap on average (the fraction rounded at random, so a claim
 // of a few slots still reserves in proportion over many claims), taken
-// before priority 1 and skipped by its priority's full range with OFFSET. The branches run in order and
-// stop when the cap is reached (a Limit over an Append): O(cap + 7 index
-// descents) per owner.
+// before priority 1 and skipped by its priority's full range with OFFSET.
+// The branches run in order and stop when the cap is reached (a Limit over
+// an Append): O(cap + 7 index descents) per owner (ownerWalk). A job the
+// oldest share already locked may come back in its owner's walk (a lock
+// this statement holds is not skipped): it counts against the cap, and the
+// claim's writes take each job once.
 //
-// Oldest share: the rest of the limit ($5 slots, more when the
-// owners had fewer claimable jobs than their caps) goes to the oldest
-// claimable jobs of any owner through the eligibility index, as claimSQL
-// takes them: rows queued without an owner slot (by binaries below level 3,
-// or before migration 00025) and jobs of owners this claim did not serve are
-// taken there, so every claimable job is claimed eventually whatever the
-// owners do, and a claim is never shorter than the claimable jobs allow.
-// Rows the fair part locked are ours (a second lock by the same transaction
-// succeeds), so they are excluded by id.
+// Fill: when the owners that used their whole cap have more, their walks
+// go on past what they took (ownerWalk with OFFSET) for the slots still
+// free, so the claim is work-conserving: never shorter than the served
+// owners' claimable jobs allow, and never longer than the limit (the
+// distinct jobs taken so far are counted). No candidate list is filtered
+// by another's ids: "id <> ALL(array)" is a linear search per row, which at
+// 2,000 slots costs more than the rest of the claim.
 //
 // Served: each served owner that gave jobs goes to the back (due_at = now,
 // idle_visits = 0). One that gave none waits 50 ms × 2^idle_visits (at most
@@ -53,24 +61,14 @@ var fairClaimSQL = buildFairClaimSQL()
 
 // fairCandidates replaces claimSQL's candidates CTE.
 func fairCandidates() string {
-	branch := func(priority int, limit string) string {
-		return fmt.Sprintf(`SELECT * FROM (
-            SELECT q.job_record_id, q.claimable_at FROM etl_job_claim_queue q
-            WHERE q.owner_slot = s.owner_slot AND q.priority = %d
-              AND q.claimable_at <= (SELECT clock_timestamp())
-            ORDER BY q.claimable_at, q.job_record_id
-            %s
-            FOR UPDATE SKIP LOCKED) p%d_%s`, priority, limit, priority, strings.Fields(limit)[0])
-	}
-	var branches []string
-	for p := 4; p >= 2; p-- {
-		branches = append(branches, branch(p, "LIMIT s.reserve"))
-	}
-	branches = append(branches, branch(1, "LIMIT s.cap"))
-	for p := 2; p <= 4; p++ {
-		branches = append(branches, branch(p, "OFFSET s.reserve LIMIT s.cap"))
-	}
-	return `WITH owners AS (
+	return `WITH oldest AS (
+    SELECT q.job_record_id, q.claimable_at
+    FROM etl_job_claim_queue q
+    WHERE q.claimable_at <= (SELECT clock_timestamp())
+    ORDER BY q.claimable_at, q.job_record_id
+    LIMIT $5
+    FOR UPDATE SKIP LOCKED
+), owners AS (
     SELECT o.ctid AS owner_ctid, o.owner_slot, o.weight
     FROM etl_claim_owners o
     WHERE o.due_at <= (SELECT clock_timestamp())
@@ -88,25 +86,61 @@ func fairCandidates() string {
 ), fair AS (
     SELECT s.owner_slot, c.job_record_id, c.claimable_at
     FROM shares s CROSS JOIN LATERAL (
-        ` + strings.Join(branches, "\n        UNION ALL ") + `
+        ` + ownerWalk("s.cap") + `
         LIMIT s.cap
     ) c
     LIMIT $1::bigint - $5::bigint
-), oldest AS (
-    SELECT q.job_record_id, q.claimable_at
-    FROM etl_job_claim_queue q
-    WHERE q.claimable_at <= (SELECT clock_timestamp())
-      AND q.job_record_id <> ALL (ARRAY(SELECT job_record_id FROM fair))
-    ORDER BY q.claimable_at, q.job_record_id
-    LIMIT greatest($1::bigint - (SELECT count(*) FROM fair), 0)
-    FOR UPDATE SKIP LOCKED
+), got AS (
+    SELECT s.owner_slot, s.cap, s.reserve, count(f.job_record_id) AS got
+    FROM shares s JOIN fair f ON f.owner_slot = s.owner_slot
+    GROUP BY s.owner_slot, s.cap, s.reserve
+), fill AS (
+    SELECT c.job_record_id, c.claimable_at
+    FROM got s CROSS JOIN LATERAL (
+        ` + ownerWalk("s.got + $1::bigint") + `
+        OFFSET s.got LIMIT $1::bigint
+    ) c
+    WHERE s.got >= s.cap
+    LIMIT greatest($1::bigint - (SELECT count(DISTINCT job_record_id)
+                                 FROM (SELECT job_record_id FROM oldest
+                                       UNION ALL SELECT job_record_id FROM fair) t), 0)
 ), candidates AS (
     SELECT job_record_id,
            (extract(epoch FROM clock_timestamp() - claimable_at) * 1000000)::bigint AS pickup_micros
-    FROM (SELECT job_record_id, claimable_at FROM fair
+    FROM (SELECT job_record_id, claimable_at FROM oldest
           UNION ALL
-          SELECT job_record_id, claimable_at FROM oldest) c
+          SELECT job_record_id, claimable_at FROM fair
+          UNION ALL
+          SELECT job_record_id, claimable_at FROM fill) c
 )`
+}
+
+// ownerWalk is the per-owner walk of fairClaimSQL over the owner s: the
+// reserves of priorities 4, 3 and 2 (s.reserve each), then priority 1 and
+// the rest of 2, 3 and 4, each one range of the queue's owner index up to
+// "now", each branch limited to limit rows. The fill walks it again with a
+// larger limit: its first rows are then the very rows the first walk took
+// (locked by this statement, so SKIP LOCKED returns them again, in the
+// same order), which its OFFSET passes over.
+func ownerWalk(limit string) string {
+	branch := func(priority int, offset, limit string) string {
+		return fmt.Sprintf(`SELECT * FROM (
+            SELECT q.job_record_id, q.claimable_at FROM etl_job_claim_queue q
+            WHERE q.owner_slot = s.owner_slot AND q.priority = %d
+              AND q.claimable_at <= (SELECT clock_timestamp())
+            ORDER BY q.claimable_at, q.job_record_id
+            %sLIMIT %s
+            FOR UPDATE SKIP LOCKED) p`, priority, offset, limit)
+	}
+	var branches []string
+	for p := 4; p >= 2; p-- {
+		branches = append(branches, branch(p, "", "s.reserve"))
+	}
+	branches = append(branches, branch(1, "", limit))
+	for p := 2; p <= 4; p++ {
+		branches = append(branches, branch(p, "OFFSET s.reserve ", limit))
+	}
+	return strings.Join(branches, "\n        UNION ALL ")
 }
 
 // fairServed is the CTE that moves the served owners (see fairClaimSQL).
