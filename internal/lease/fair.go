@@ -47,7 +47,14 @@ import (
 // go on past what they took (ownerWalk with OFFSET) for the slots still
 // free, so the claim is work-conserving: never shorter than the served
 // owners' claimable jobs allow, and never longer than the limit (the
-// distinct jobs taken so far are counted). No candidate list is filtered
+// distinct jobs taken so far are counted). Tail: slots still free after
+// that (no owner could be served: another claim holds every due owner, as
+// when several workers claim one owner's backlog at once; or the served
+// owners ran dry) go on along the eligibility index past the oldest share
+// (its own rows come back first and OFFSET passes them), first-come
+// first-served, as claimSQL would. Jobs the fair part took may come back
+// there too: they count against the limit, so the claim may come back a
+// little short, never long. No candidate list is filtered
 // by another's ids: "id <> ALL(array)" is a linear search per row, which at
 // 2,000 slots costs more than the rest of the claim.
 //
@@ -104,6 +111,17 @@ func fairCandidates() string {
     LIMIT greatest($1::bigint - (SELECT count(DISTINCT job_record_id)
                                  FROM (SELECT job_record_id FROM oldest
                                        UNION ALL SELECT job_record_id FROM fair) t), 0)
+), tail AS (
+    SELECT q.job_record_id, q.claimable_at
+    FROM etl_job_claim_queue q
+    WHERE q.claimable_at <= (SELECT clock_timestamp())
+    ORDER BY q.claimable_at, q.job_record_id
+    OFFSET (SELECT count(*) FROM oldest)
+    LIMIT greatest($1::bigint - (SELECT count(DISTINCT job_record_id)
+                                 FROM (SELECT job_record_id FROM oldest
+                                       UNION ALL SELECT job_record_id FROM fair
+                                       UNION ALL SELECT job_record_id FROM fill) t), 0)
+    FOR UPDATE SKIP LOCKED
 ), candidates AS (
     SELECT job_record_id,
            (extract(epoch FROM clock_timestamp() - claimable_at) * 1000000)::bigint AS pickup_micros
@@ -111,7 +129,9 @@ func fairCandidates() string {
           UNION ALL
           SELECT job_record_id, claimable_at FROM fair
           UNION ALL
-          SELECT job_record_id, claimable_at FROM fill) c
+          SELECT job_record_id, claimable_at FROM fill
+          UNION ALL
+          SELECT job_record_id, claimable_at FROM tail) c
 )`
 }
 

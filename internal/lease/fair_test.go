@@ -320,3 +320,24 @@ func insertOwners(t *testing.T, pool *pgxpool.Pool, n, perOwner int) {
 		}
 	}
 }
+
+// When another claim holds every due owner (several workers on one owner's
+// backlog), a claim still fills its slots first-come first-served.
+func TestFairClaimFillsFirstComeFirstServedWhenEveryOwnerIsHeld(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	pgtest.InsertN(t, pool, 200, pg.NewJob{PrincipalScopeHash: pgtest.SHA("owner-held")})
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	// As a concurrent claim does for the length of its statement.
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM etl_claim_owners FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(fairClaim(t, pool, 50)); n != 50 {
+		t.Fatalf("claimed %d while the owner is held, want 50", n)
+	}
+}
