@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mightyetl/mightyetl/internal/pg"
@@ -129,13 +130,21 @@ func TestMigration00015CompactsTheSubmissionIndexAndDownReverts(t *testing.T) {
 		WHERE principal_scope_hash = decode($1, 'hex') AND submission_key_hash = decode($2, 'hex')`, owner, key).Scan(&existing); err != nil {
 		t.Fatal(err)
 	}
+	// (The insert of schema 15's binaries: today's pg.InsertJobs writes
+	// 00025's columns. Its ON CONFLICT names the same index expression.)
 	digest := pgtest.SHA("body")
-	ins, err := pg.InsertJobs(ctx, pool, []pg.NewJob{
-		{Kind: pg.KindETLRecords, PrincipalScopeHash: owner, SubmissionKeyHash: key, RequestDigest: digest, Payload: "body", MaxAttempts: 3},
-		{Kind: pg.KindETLRecords, PrincipalScopeHash: owner, SubmissionKeyHash: pgtest.SHA("mig-15-new"), RequestDigest: digest, Payload: "body", MaxAttempts: 3},
-	})
-	if err != nil || ins[0].Created || ins[0].JobID != existing || !ins[1].Created {
-		t.Fatalf("insert of a taken and a new pair at 00015: %+v, %v", ins, err)
+	var created []uuid.UUID
+	rows, err := pool.Query(ctx, `INSERT INTO etl_job_records AS j (job_record_id, job_kind, principal_scope_hash,
+	        submission_key_hash, request_digest, request_payload, max_attempts)
+	    SELECT gen_random_uuid(), 'etl_records', decode($1, 'hex'), decode(k, 'hex'), decode($2, 'hex'), 'body', 3
+	    FROM unnest($3::text[]) AS k
+	    ON CONFLICT ((encode(substr(sha256(principal_scope_hash || submission_key_hash), 1, 16), 'hex')::uuid)) DO NOTHING
+	    RETURNING j.job_record_id`, owner, digest, []string{key, pgtest.SHA("mig-15-new")})
+	if err == nil {
+		created, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	}
+	if err != nil || len(created) != 1 || created[0] == existing {
+		t.Fatalf("insert of a taken and a new pair at 00015: created %v, %v; want only the new pair", created, err)
 	}
 
 	// The operator replay function (rewritten by 00015) makes one job per
@@ -213,13 +222,17 @@ func TestMigration00016OrdersThePaginationIndexAscendingAndDownReverts(t *testin
 	}
 	list := func(at string) []uuid.UUID {
 		t.Helper()
-		jobs, err := pg.ListJobs(ctx, pool, pg.ListParams{PrincipalScopeHash: owner, Limit: 100})
-		if err != nil || len(jobs) != 30 {
-			t.Fatalf("list at %s: %d jobs, %v", at, len(jobs), err)
+		// The list of schema 15/16's binaries (pg.ListJobs reads 00025's
+		// job_priority today): the same keyset order.
+		rows, err := pool.Query(ctx, `SELECT j.job_record_id FROM etl_job_records j
+			WHERE j.principal_scope_hash = decode($1, 'hex')
+			ORDER BY j.created_at DESC, j.job_record_id DESC LIMIT 100`, owner)
+		if err != nil {
+			t.Fatalf("list at %s: %v", at, err)
 		}
-		ids := make([]uuid.UUID, len(jobs))
-		for i, j := range jobs {
-			ids[i] = j.JobID
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil || len(ids) != 30 {
+			t.Fatalf("list at %s: %d jobs, %v", at, len(ids), err)
 		}
 		return ids
 	}

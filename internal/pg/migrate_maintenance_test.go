@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mightyetl/mightyetl/internal/pg"
@@ -26,7 +27,19 @@ func TestMigration00022MaintenanceLeaderIsAdditive(t *testing.T) {
 	if err := pg.MigrateTo(ctx, pool, migMaintenanceLeader-1); err != nil {
 		t.Fatal(err)
 	}
-	jobs := pgtest.InsertJobs(t, pool, pg.NewJob{Payload: `[{"id":"m22"}]`, MaxAttempts: 1})
+	// A job as schema 21's binaries insert it (pg.InsertJobs writes 00025's
+	// columns today).
+	var job uuid.UUID
+	if err := pool.QueryRow(ctx, `WITH ins AS (
+	        INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
+	                                     request_digest, request_payload, max_attempts)
+	        VALUES (gen_random_uuid(), 'etl_records', sha256('m22-owner'), sha256('m22-key'), sha256('[{"id":"m22"}]'), '[{"id":"m22"}]', 1)
+	        RETURNING job_record_id, available_at)
+	    INSERT INTO etl_job_claim_queue (job_record_id, claimable_at) SELECT job_record_id, available_at FROM ins
+	    RETURNING job_record_id`).Scan(&job); err != nil {
+		t.Fatal(err)
+	}
+	jobs := []uuid.UUID{job}
 
 	leaderTable := func() bool {
 		t.Helper()
