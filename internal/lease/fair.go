@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+
+	"github.com/mightyetl/mightyetl/internal/tracing"
 )
 
 // fairClaimSQL is claimSQL with candidates taken fairly across owners and by
@@ -229,3 +231,7 @@ func oldestShare(limit int) int {
 	}
 	return share
 }
+
+// The fair claim is the claim: its database spans are named as
+// claimSQL's.
+func init() { tracing.RegisterStatement("lease.claim", fairClaimSQL) }
