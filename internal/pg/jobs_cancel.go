@@ -46,13 +46,20 @@ type CancelOutcome struct {
 // holder (renew, succeed, retry, fail, release) affect zero rows. Time:
 // clock_timestamp(), the database's time at execution. A revocation row is
 // written only when the job was RUNNING, so workers can stop the handler
-// early. The function returns previous_status, then jobColumns' columns.
-const cancelSQL = `SELECT * FROM etl_cancel_job($1, $2, $3)`
+// early. The function returns previous_status, then jobColumns' columns;
+// the job's priority (migration 00025, which the function predates) is read
+// beside it: it never changes, so the row version the statement's snapshot
+// sees has the same.
+const cancelSQL = `SELECT c.previous_status, (SELECT r.job_priority FROM etl_job_records r WHERE r.job_record_id = $1),
+       c.job_record_id, c.job_kind, c.job_status, c.attempt_count, c.failure_code, c.cancellation_code,
+       c.created_at, c.updated_at, c.request_digest, c.replay_source_job_record_id,
+       c.replay_root_job_record_id, c.replay_generation_count
+FROM etl_cancel_job($1, $2, $3) c`
 
 // cancelledStateSQL reads the caller's row after the conditional UPDATE
 // matched nothing, in a fresh statement (and so a fresh READ COMMITTED
 // snapshot that sees whatever terminal state won).
-const cancelledStateSQL = `SELECT j.cancellation_key_hash, ` + jobColumns + `
+var cancelledStateSQL = `SELECT j.cancellation_key_hash, ` + scheduleColumns + `, ` + jobColumns + `
 FROM etl_job_records j WHERE j.job_record_id = $1 AND j.principal_scope_hash = decode($2, 'hex')`
 
 // CancelJob cancels the caller's job when it is PENDING or RUNNING (its
@@ -65,9 +72,11 @@ FROM etl_job_records j WHERE j.job_record_id = $1 AND j.principal_scope_hash = d
 func CancelJob(ctx context.Context, db DBTX, p CancelParams) (CancelOutcome, error) {
 	var out CancelOutcome
 	row := db.QueryRow(ctx, cancelSQL, p.JobID, p.PrincipalScopeHash, p.CancellationKeyHash)
-	j, err := scanJob(row, &out.PreviousStatus)
+	var priority int64
+	j, err := scanJob(row, &out.PreviousStatus, &priority)
 	switch {
 	case err == nil:
+		j.Priority = int(priority)
 		out.Job, out.Cancelled = j, true
 		return out, nil
 	case !IsNoRows(err):
@@ -75,7 +84,7 @@ func CancelJob(ctx context.Context, db DBTX, p CancelParams) (CancelOutcome, err
 	}
 	out.PreviousStatus = ""
 	var stored *string
-	j, err = scanJob(db.QueryRow(ctx, cancelledStateSQL, p.JobID, p.PrincipalScopeHash), &stored)
+	j, err = scanScheduledJob(db.QueryRow(ctx, cancelledStateSQL, p.JobID, p.PrincipalScopeHash), &stored)
 	if IsNoRows(err) {
 		return CancelOutcome{}, ErrNotFound
 	}

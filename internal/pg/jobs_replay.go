@@ -1,10 +1,12 @@
 package pg
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -54,6 +56,11 @@ type ReplayParams struct {
 	Payload string
 	// JobID is the new job's id; uuid.Nil draws a random one.
 	JobID uuid.UUID
+	// Priority is the new job's priority (1..4); 0 means the source's.
+	Priority int
+	// NotBefore is when the new job becomes claimable (NewJob.NotBefore);
+	// zero means at once.
+	NotBefore time.Time
 }
 
 // ReplayOutcome is the replay job ReplayJob created or found.
@@ -78,11 +85,23 @@ FROM etl_job_records
 WHERE job_record_id = $1 AND principal_scope_hash = decode($2, 'hex')
 FOR UPDATE`
 
+// lockScheduledReplaySourceSQL is lockReplaySourceSQL that also reads the
+// source's priority, the replay's default (ReplayJob).
+var lockScheduledReplaySourceSQL = mustReplace(lockReplaySourceSQL,
+	"replay_generation_count\n", "replay_generation_count, job_priority\n")
+
 // replayByKeySQL reads the job the caller's replay key already made, if any,
 // in a fresh READ COMMITTED snapshot (taken after the source lock, so it
 // sees a concurrent winner that committed while this transaction waited).
 // Found through the submission-key unique index (migration 00015).
 var replayByKeySQL = `SELECT ` + jobColumns + `
+FROM etl_job_records j
+WHERE ` + pairOf("decode($1, 'hex')", "decode($2, 'hex')")
+
+// scheduledReplayByKeySQL is replayByKeySQL that also reads
+// scheduleColumns (for scanScheduledJob): ReplayJob's answer shows the
+// job's priority and notBefore.
+var scheduledReplayByKeySQL = `SELECT ` + scheduleColumns + `, ` + jobColumns + `
 FROM etl_job_records j
 WHERE ` + pairOf("decode($1, 'hex')", "decode($2, 'hex')")
 
@@ -103,7 +122,8 @@ WHERE ` + pairOf("decode($1, 'hex')", "decode($2, 'hex')")
 //   - p.RequestDigest differs from the source's request_digest:
 //     ErrReplayPayloadMismatch;
 //   - source of generation MaxReplayGeneration: ErrReplayGenerationExhausted;
-//   - otherwise a new job with the source's kind and max_attempts, lineage
+//   - otherwise a new job with the source's kind and max_attempts, p's
+//     priority (the source's when 0) and notBefore (at once when zero), lineage
 //     generation 1 rooted at the source (a source without lineage) or the
 //     source's generation + 1 with the source's root (Created true).
 //
@@ -118,16 +138,17 @@ func ReplayJob(ctx context.Context, db TxBeginner, p ReplayParams) (ReplayOutcom
 			maxAttempts          int
 			root                 *uuid.UUID
 			generation           *int32
+			priority             int64
 		)
-		err := tx.QueryRow(ctx, lockReplaySourceSQL, p.SourceJobID, p.PrincipalScopeHash).
-			Scan(&kind, &status, &maxAttempts, &digest, &root, &generation)
+		err := tx.QueryRow(ctx, lockScheduledReplaySourceSQL, p.SourceJobID, p.PrincipalScopeHash).
+			Scan(&kind, &status, &maxAttempts, &digest, &root, &generation, &priority)
 		if IsNoRows(err) {
 			return ErrNotFound
 		}
 		if err != nil {
 			return fmt.Errorf("lock replay source: %w", err)
 		}
-		existing, err := scanJob(tx.QueryRow(ctx, replayByKeySQL, p.PrincipalScopeHash, p.ReplayKeyHash))
+		existing, err := scanScheduledJob(tx.QueryRow(ctx, scheduledReplayByKeySQL, p.PrincipalScopeHash, p.ReplayKeyHash))
 		switch {
 		case err == nil:
 			out, err = sameReplay(existing, p)
@@ -158,6 +179,9 @@ func ReplayJob(ctx context.Context, db TxBeginner, p ReplayParams) (ReplayOutcom
 			JobID: p.JobID, Kind: kind, PrincipalScopeHash: p.PrincipalScopeHash,
 			SubmissionKeyHash: p.ReplayKeyHash, RequestDigest: p.RequestDigest, Payload: p.Payload,
 			MaxAttempts: maxAttempts, Lineage: &lineage,
+			// The replay's own priority and notBefore, else the source's
+			// priority at once.
+			Priority: cmp.Or(p.Priority, int(priority)), NotBefore: p.NotBefore,
 			// The replay stores its own request's trace context (not the
 			// source's): its execution links to the replay request.
 			SubmitTraceparent: tracing.Traceparent(ctx),

@@ -11,7 +11,7 @@ import (
 // through the submission-key unique index (pairOf). No lock: a caller that
 // finds nothing goes on to an insert whose ON CONFLICT decides.
 var submittedJobSQL = `
-SELECT ` + jobColumns + `
+SELECT ` + scheduleColumns + `, ` + jobColumns + `
 FROM etl_job_records j
 WHERE ` + pairOf("decode($1, 'hex')", "decode($2, 'hex')")
 
@@ -23,7 +23,7 @@ WHERE ` + pairOf("decode($1, 'hex')", "decode($2, 'hex')")
 // before it does the work again; the insert's own conflict handling stays
 // the authority for concurrent submissions.
 func FindSubmittedJob(ctx context.Context, db DBTX, principalScopeHash, submissionKeyHash string) (Job, error) {
-	j, err := scanJob(db.QueryRow(ctx, submittedJobSQL, principalScopeHash, submissionKeyHash))
+	j, err := scanScheduledJob(db.QueryRow(ctx, submittedJobSQL, principalScopeHash, submissionKeyHash))
 	if IsNoRows(err) {
 		return Job{}, ErrNotFound
 	}
