@@ -313,7 +313,7 @@ func (m *Maintainer) elect(ctx context.Context) bool {
 }
 
 // electionFailed counts and logs a failed attempt by its class (SQLSTATE
-// 42P01, a schema before 00022 after a rollback, is database_error).
+// 42P01, a schema before 00022 after a rollback, is schema_mismatch).
 func (m *Maintainer) electionFailed(ctx context.Context, err error) {
 	if ctx.Err() != nil {
 		return

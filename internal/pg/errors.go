@@ -51,6 +51,12 @@ const (
 	// ClassDatabaseError: any other error the server reported (syntax,
 	// privileges, data, internal). Permanent.
 	ClassDatabaseError = "database_error"
+	// ClassSchemaMismatch: the statement names a column, table or function
+	// the database's schema does not have (SQLSTATE 42703, 42P01, 42883):
+	// the schema moved under a running binary (a migration down, or up past
+	// what it knows); its schema gate will say so at its next check.
+	// Callers answer it as the gate would (503 etl_schema_incompatible).
+	ClassSchemaMismatch = "schema_mismatch"
 	// ClassOther: an error that did not come from the database (a
 	// publisher's, a handler's). Permanent as far as this package knows.
 	ClassOther = "other"
@@ -117,6 +123,8 @@ func sqlStateClass(code string) string {
 		return ClassDatabaseUnavailable
 	case strings.HasPrefix(code, "23"): // integrity constraint violation
 		return ClassConstraintViolation
+	case code == "42703", code == "42P01", code == "42883": // undefined column, table, function
+		return ClassSchemaMismatch
 	default:
 		return ClassDatabaseError
 	}

@@ -76,7 +76,10 @@ func TestErrorClassOfEverySQLStateClass(t *testing.T) {
 		{"42000", pg.ClassDatabaseError},       // syntax_error_or_access_rule_violation
 		{"42501", pg.ClassDatabaseError},       // insufficient_privilege
 		{"42601", pg.ClassDatabaseError},       // syntax_error
-		{"42P01", pg.ClassDatabaseError},       // undefined_table
+		{"42P01", pg.ClassSchemaMismatch},      // undefined_table
+		{"42703", pg.ClassSchemaMismatch},      // undefined_column
+		{"42883", pg.ClassSchemaMismatch},      // undefined_function
+		{"42601", pg.ClassDatabaseError},       // syntax_error
 		{"44000", pg.ClassDatabaseError},       // with_check_option_violation
 		{"53000", pg.ClassDatabaseUnavailable}, // insufficient_resources
 		{"53100", pg.ClassDatabaseUnavailable}, // disk_full
