@@ -128,14 +128,36 @@ func (l *Loader) readLoad(ctx context.Context, jobID uuid.UUID) (loadState, erro
 	return s, nil
 }
 
-// chunk is one chunk being built.
+// readAhead is how many chunks the reader may have read and transformed
+// ahead of the one committing: the next chunk is read, cut and transformed
+// on a goroutine of its own while the previous one's transaction runs, so a
+// load holds at most readAhead+2 chunks (one committing, readAhead waiting,
+// one being built).
+const readAhead = 1
+
+// chunk is one chunk being built, then committed.
 type chunk struct {
-	rows      []etl.TargetRow
+	rows      *etl.CopyRows
 	badNums   []int64
 	badCodes  []string
 	records   int
 	bytes     int64
 	nextStart Position
+	// eof: the payload ends with this chunk.
+	eof bool
+	// err ends the load once the chunks before this one committed (this
+	// chunk's records are not committed): a *RecordError, ErrIntegrity,
+	// ErrTransient or the context's cause.
+	err error
+}
+
+func (c *chunk) reset(job uuid.UUID) {
+	if c.rows == nil {
+		c.rows = etl.NewCopyRows(job)
+	}
+	c.rows.Reset()
+	c.badNums, c.badCodes = c.badNums[:0], c.badCodes[:0]
+	c.records, c.bytes, c.eof, c.err = 0, 0, false, nil
 }
 
 // Load loads ref's job from its committed checkpoint to the end of its
@@ -145,6 +167,11 @@ type chunk struct {
 // context.Cause(ctx)); a chunk transaction in flight then rolls back. It
 // returns an error wrapping lease.ErrLost when a fenced statement matched
 // nothing (stop; never retry), a *RecordError, ErrIntegrity or ErrTransient.
+//
+// The chunks commit one after the other, in payload order, each from the
+// checkpoint the previous one committed; the next chunk is read and
+// transformed meanwhile (readAhead), and an error found while reading ends
+// the load only after the chunks before it committed, as if read in turn.
 func (l *Loader) Load(ctx context.Context, ref lease.Ref) error {
 	st, err := l.readLoad(ctx, ref.JobID)
 	if err != nil {
@@ -156,91 +183,134 @@ func (l *Loader) Load(ctx context.Context, ref lease.Ref) error {
 		}
 		return fmt.Errorf("%w: %w", ErrTransient, err)
 	}
+	rctx, stop := context.WithCancelCause(ctx)
+	out := make(chan *chunk, readAhead)
+	free := make(chan *chunk, readAhead+2)
+	for range readAhead + 2 {
+		free <- &chunk{}
+	}
+	go l.read(rctx, ref, st, out, free)
+	defer func() {
+		stop(errLoadEnded)
+		for range out { // wait for the reader to end
+		}
+	}()
+	cp := st.cp
+	for c := range out {
+		switch {
+		case c.err != nil:
+			return c.err
+		case ctx.Err() != nil:
+			return context.Cause(ctx)
+		}
+		if c.records > 0 {
+			next, err := l.commit(ctx, ref, cp, c)
+			if err != nil {
+				return err
+			}
+			cp = next
+		}
+		if c.eof {
+			return nil
+		}
+		free <- c
+	}
+	// The reader ended without a last chunk: only when rctx was done.
+	return context.Cause(ctx)
+}
+
+// errLoadEnded stops a load's reader once the load returned.
+var errLoadEnded = errors.New("chunked load ended")
+
+// read cuts st's payload from its checkpoint into chunks of at most
+// ChunkRecords records and ChunkBytes bytes, transforms their records and
+// sends them on out in payload order, taking each chunk's memory from free.
+// It ends, closing out, after the chunk that holds the payload's end or an
+// error, or once ctx is done.
+func (l *Loader) read(ctx context.Context, ref lease.Ref, st loadState, out chan<- *chunk, free <-chan *chunk) {
+	defer close(out)
 	from := Position{Part: st.cp.NextPart, Offset: st.cp.NextOffset, Record: st.cp.NextRecord}
 	src := pg.StreamPayload(ctx, l.db, st.upload, from.Part, from.Offset)
 	defer src.Close()
 	rd := NewReader(src, st.format, from, l.cfg.ChunkBytes)
-	cp := st.cp
-	buf := make([]byte, 0, 1024)
+	bad := st.cp.BadRecords // bad records up to the chunk being built
 	for {
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
+		var c *chunk
+		select {
+		case c = <-free:
+		case <-ctx.Done():
+			return
 		}
-		c := chunk{rows: make([]etl.TargetRow, 0, min(l.cfg.ChunkRecords, 1024))}
-		eof := false
-		for c.records < l.cfg.ChunkRecords && c.bytes < int64(l.cfg.ChunkBytes) {
-			rec, err := rd.Next()
-			if errors.Is(err, io.EOF) {
-				eof = true
-				break
-			}
-			if err != nil {
-				var se *StructureError
-				switch {
-				case errors.As(err, &se):
-					return &RecordError{Number: se.Record, Code: codes.InvalidRecord}
-				case ctx.Err() != nil:
-					return context.Cause(ctx)
-				case errors.Is(err, pg.ErrPayloadCorrupt):
-					return fmt.Errorf("%w: %w", ErrIntegrity, err)
-				}
-				return fmt.Errorf("%w: read payload: %w", ErrTransient, err)
-			}
-			c.records++
-			c.bytes += rec.Bytes
-			code := ""
-			if rec.TooLarge {
-				code = codes.InvalidRecord
-			} else {
-				buf = append(append(append(buf[:0], '['), rec.Raw...), ']')
-				rows, err := etl.Process(buf, 1)
-				if err != nil {
-					code = codes.InvalidRecord
-					var ee *etl.Error
-					if errors.As(err, &ee) && ee.Code == codes.InvalidJSON {
-						code = codes.InvalidJSON
-					}
-				} else {
-					c.rows = append(c.rows, etl.TargetRow{JobID: ref.JobID, Data: rows[0].Data, Normalized: rows[0].Normalized})
-				}
-			}
-			if code != "" {
-				if cp.BadRecords+int64(len(c.badNums)) >= st.maxBad {
-					return &RecordError{Number: rec.Number, Code: codes.InvalidRecord}
-				}
-				c.badNums = append(c.badNums, rec.Number)
-				c.badCodes = append(c.badCodes, code)
-			}
-		}
+		c.reset(ref.JobID)
+		c.err = l.fill(ctx, rd, c, &bad, st.maxBad)
 		c.nextStart = rd.Checkpoint()
-		if c.records == 0 {
-			if eof {
-				return nil
-			}
-			continue
+		select {
+		case out <- c:
+		case <-ctx.Done():
+			return
 		}
-		next, err := l.commit(ctx, ref, cp, &c)
-		if err != nil {
-			return err
-		}
-		cp = next
-		if eof {
-			return nil
+		if c.err != nil || c.eof {
+			return
 		}
 	}
+}
+
+// fill reads the records of chunk c from rd and transforms them; bad counts
+// the skipped records so far, which may not pass maxBad.
+func (l *Loader) fill(ctx context.Context, rd *Reader, c *chunk, bad *int64, maxBad int64) error {
+	for c.records < l.cfg.ChunkRecords && c.bytes < int64(l.cfg.ChunkBytes) {
+		rec, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			c.eof = true
+			return nil
+		}
+		if err != nil {
+			var se *StructureError
+			switch {
+			case errors.As(err, &se):
+				return &RecordError{Number: se.Record, Code: codes.InvalidRecord}
+			case ctx.Err() != nil:
+				return context.Cause(ctx)
+			case errors.Is(err, pg.ErrPayloadCorrupt):
+				return fmt.Errorf("%w: %w", ErrIntegrity, err)
+			}
+			return fmt.Errorf("%w: read payload: %w", ErrTransient, err)
+		}
+		c.records++
+		c.bytes += rec.Bytes
+		code := ""
+		if rec.TooLarge {
+			code = codes.InvalidRecord
+		} else if err := c.rows.AppendRecord(rec.Raw); err != nil {
+			code = codes.InvalidRecord
+			var ee *etl.Error
+			if errors.As(err, &ee) && ee.Code == codes.InvalidJSON {
+				code = codes.InvalidJSON
+			}
+		}
+		if code != "" {
+			if *bad >= maxBad {
+				return &RecordError{Number: rec.Number, Code: codes.InvalidRecord}
+			}
+			*bad++
+			c.badNums = append(c.badNums, rec.Number)
+			c.badCodes = append(c.badCodes, code)
+		}
+	}
+	return nil
 }
 
 // commit commits chunk c from checkpoint cp, trying a transient database
 // failure again a few times (nothing of a failed try committed).
 func (l *Loader) commit(ctx context.Context, ref lease.Ref, cp lease.Checkpoint, c *chunk) (lease.Checkpoint, error) {
-	to := lease.Checkpoint{ChunksDone: cp.ChunksDone + 1, RecordsLoaded: cp.RecordsLoaded + int64(len(c.rows)),
+	to := lease.Checkpoint{ChunksDone: cp.ChunksDone + 1, RecordsLoaded: cp.RecordsLoaded + int64(c.rows.Len()),
 		BadRecords: cp.BadRecords + int64(len(c.badNums)),
 		NextPart:   c.nextStart.Part, NextOffset: c.nextStart.Offset, NextRecord: c.nextStart.Record}
 	for try := 1; ; try++ {
 		err := l.commitOnce(ctx, ref, cp, to, c)
 		switch {
 		case err == nil:
-			l.observe(metrics.ChunkCommitted, int64(len(c.rows)))
+			l.observe(metrics.ChunkCommitted, int64(c.rows.Len()))
 			if l.Hooks.AfterChunkCommit != nil {
 				l.Hooks.AfterChunkCommit(to.ChunksDone)
 			}
@@ -294,7 +364,7 @@ func (l *Loader) commitOnce(ctx context.Context, ref lease.Ref, from, to lease.C
 		if err := lease.FenceChunk(ctx, tx, ref); err != nil {
 			return err
 		}
-		if err := etl.LoadRows(ctx, tx, c.rows); err != nil {
+		if err := c.rows.Load(ctx, tx); err != nil {
 			return err
 		}
 		if len(c.badNums) > 0 {
@@ -305,7 +375,7 @@ func (l *Loader) commitOnce(ctx context.Context, ref lease.Ref, from, to lease.C
 		if l.Hooks.InChunkTx != nil {
 			l.Hooks.InChunkTx(ctx, to.ChunksDone)
 		}
-		return lease.CheckpointChunk(ctx, tx, ref, from, to, int64(len(c.rows)), int64(len(c.badNums)))
+		return lease.CheckpointChunk(ctx, tx, ref, from, to, int64(c.rows.Len()), int64(len(c.badNums)))
 	})
 }
 

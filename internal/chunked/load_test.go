@@ -67,7 +67,7 @@ func parts(s string, n int) [][]byte {
 	return out
 }
 
-func claimOne(t *testing.T, db pg.DBTX, owner string, d time.Duration) lease.Claim {
+func claimOne(t testing.TB, db pg.DBTX, owner string, d time.Duration) lease.Claim {
 	t.Helper()
 	res, err := lease.ClaimChunkedJobs(context.Background(), db, lease.ClaimParams{OwnerID: owner, Limit: 4, LeaseDuration: d})
 	if err != nil {
@@ -475,5 +475,44 @@ func TestExhaustedChunkedJob(t *testing.T) {
 	}
 	if l := readLoad(t, db, job); l.state != "DISCARDED" {
 		t.Fatalf("%+v", l)
+	}
+}
+
+// The next chunk is read while the previous one commits; an error found
+// there (a broken JSON array at record 10, in chunk 3 of 4-record chunks)
+// still ends the load only after the chunks before it committed, as a load
+// reading chunk by chunk would: chunks 1 and 2 are committed, nothing of
+// chunk 3 is, and the record error names record 10.
+func TestReadAheadErrorEndsAfterTheChunksBeforeIt(t *testing.T) {
+	db, _ := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	var b strings.Builder
+	b.WriteString("[")
+	for i := 1; i <= 12; i++ {
+		if i > 1 {
+			b.WriteString(",")
+		}
+		if i == 10 {
+			b.WriteString("}") // breaks the array's structure
+		}
+		fmt.Fprintf(&b, `{"id":"r%d"}`, i)
+	}
+	b.WriteString("]")
+	job, _ := pgtest.InsertChunkedUpload(t, db, pgtest.ChunkedUpload{Parts: parts(b.String(), 3), ChunkSize: 9,
+		Format: chunked.FormatJSONArray})
+	c := claimOne(t, db, "worker-a-0001", time.Minute)
+	ld := newLoader(db, 4)
+	var committed []int64
+	ld.Hooks.AfterChunkCommit = func(chunk int64) { committed = append(committed, chunk) }
+	err := ld.Load(ctx, c.Ref)
+	var re *chunked.RecordError
+	if !errors.As(err, &re) || re.Number != 10 || re.Code != codes.InvalidRecord {
+		t.Fatalf("load: %v, want a record error at 10", err)
+	}
+	if fmt.Sprint(committed) != "[1 2]" {
+		t.Fatalf("chunks committed %v, want [1 2]", committed)
+	}
+	if l := readLoad(t, db, job); l.chunks != 2 || l.rows != 8 || l.loaded != 8 || l.nextRec != 9 {
+		t.Fatalf("after the error: %+v, want chunks 1 and 2 only", l)
 	}
 }

@@ -1,0 +1,175 @@
+package chunked_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/mightyetl/mightyetl/internal/chunked"
+	"github.com/mightyetl/mightyetl/internal/lease"
+	"github.com/mightyetl/mightyetl/internal/pgtest"
+)
+
+// benchRecords is the records per load of the load benchmarks:
+// MIGHTYETL_BENCH_CHUNKED_RECORDS, default 100,000.
+func benchRecords(b *testing.B) int {
+	n := 100_000
+	if s := os.Getenv("MIGHTYETL_BENCH_CHUNKED_RECORDS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v <= 0 {
+			b.Fatalf("MIGHTYETL_BENCH_CHUNKED_RECORDS=%q: want a positive count", s)
+		}
+		n = v
+	}
+	return n
+}
+
+// benchRecord appends record i as bench/large.go's large scenario writes it
+// (one line of JSON Lines, about 112 bytes).
+func benchRecord(b []byte, i int) []byte {
+	b = append(b, `{"id":"r`...)
+	b = appendPadded(b, i, 9)
+	b = append(b, `","name":"jane doe","email":"Jane.Doe@Example.com","amount":"`...)
+	b = appendAmount(b, i)
+	return append(b, "\",\"city\":\"springfield\"}\n"...)
+}
+
+// benchRow appends record i transformed (data text, normalized JSON).
+func benchRow(data, norm []byte, i int) ([]byte, []byte) {
+	data = append(data, "ID:r"...)
+	data = appendPadded(data, i, 9)
+	data = append(data, ",NAME:JANE DOE,EMAIL:jane.doe@example.com,AMOUNT:"...)
+	data = appendAmount(data, i)
+	data = append(data, "0,CITY:springfield,"...)
+	norm = append(norm, `{"ID":"r`...)
+	norm = appendPadded(norm, i, 9)
+	norm = append(norm, `","NAME":"JANE DOE","EMAIL":"jane.doe@example.com","AMOUNT":"`...)
+	norm = appendAmount(norm, i)
+	norm = append(norm, `0","CITY":"springfield"}`...)
+	return data, norm
+}
+
+func appendAmount(b []byte, i int) []byte {
+	b = strconv.AppendInt(b, int64(i%100000), 10)
+	b = append(b, '.')
+	return strconv.AppendInt(b, int64(i%10), 10)
+}
+
+func appendPadded(b []byte, v, width int) []byte {
+	s := strconv.Itoa(v)
+	for range width - len(s) {
+		b = append(b, '0')
+	}
+	return append(b, s...)
+}
+
+// BenchmarkLoad is one chunked job of benchRecords records (the large
+// scenario's, in 16 MiB parts of 1 MiB stored chunks) loaded by
+// Loader.Load with the product's chunk defaults, then its fenced success:
+// the worker's part of bench/large.go's end-to-end run, without the upload
+// and the claim poll. records/s is the figure; BenchmarkCopyBaseline is the
+// same rows by one COPY on the same server, to run beside it.
+func BenchmarkLoad(b *testing.B) {
+	n := benchRecords(b)
+	db, _ := pgtest.NewDatabase(b, pgtest.Options{MaxConns: 16})
+	ctx := context.Background()
+	var payload []byte
+	for i := 1; i <= n; i++ {
+		payload = benchRecord(payload, i)
+	}
+	var ps [][]byte
+	for off := 0; off < len(payload); off += 16 << 20 {
+		ps = append(ps, payload[off:min(off+16<<20, len(payload))])
+	}
+	loader := chunked.NewLoader(db, chunked.Config{})
+	b.SetBytes(int64(len(payload)))
+	var total time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		if _, err := db.Exec(ctx, `TRUNCATE processed_data`); err != nil {
+			b.Fatal(err)
+		}
+		job, _ := pgtest.InsertChunkedUpload(b, db, pgtest.ChunkedUpload{Parts: ps})
+		c := claimOne(b, db, "worker-bench-0001", 10*time.Minute)
+		b.StartTimer()
+		start := time.Now()
+		if err := loader.Load(ctx, c.Ref); err != nil {
+			b.Fatal(err)
+		}
+		if err := lease.SucceedChunked(ctx, db, c.Ref); err != nil {
+			b.Fatal(err)
+		}
+		total += time.Since(start)
+		b.StopTimer()
+		var rows int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM processed_data_visible WHERE job_record_id = $1`, job).Scan(&rows); err != nil || rows != n {
+			b.Fatalf("%d visible rows, want %d (%v)", rows, n, err)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/total.Seconds(), "records/s")
+}
+
+// benchCopySource feeds records 1..n, transformed, to one COPY.
+type benchCopySource struct {
+	job        any // a uuid.UUID as bench/large.go sends it, or a pgtype.UUID
+	n, i       int
+	data, norm []byte
+}
+
+func (s *benchCopySource) Next() bool {
+	if s.i >= s.n {
+		return false
+	}
+	s.i++
+	s.data, s.norm = benchRow(s.data[:0], s.norm[:0], s.i)
+	return true
+}
+
+func (s *benchCopySource) Values() ([]any, error) { return []any{s.job, string(s.data), s.norm}, nil }
+
+func (s *benchCopySource) Err() error { return nil }
+
+// BenchmarkCopyBaseline is BenchmarkLoad's rows, transformed as they are
+// sent, by one pgx CopyFrom into processed_data: the physical limit the
+// load is measured against (bench/large.go's COPY run). The job id goes as
+// bench/large.go sends it (a uuid.UUID, which pgx encodes through its text
+// form and a failed binary plan, an error value per row) and as a
+// pgtype.UUID (encoded directly).
+func BenchmarkCopyBaseline(b *testing.B) {
+	job := uuid.New()
+	b.Run("uuid.UUID", func(b *testing.B) { benchCopy(b, job) })
+	b.Run("pgtype.UUID", func(b *testing.B) { benchCopy(b, pgtype.UUID{Bytes: job, Valid: true}) })
+}
+
+func benchCopy(b *testing.B, job any) {
+	n := benchRecords(b)
+	db, _ := pgtest.NewDatabase(b)
+	ctx := context.Background()
+	var total time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		if _, err := db.Exec(ctx, `TRUNCATE processed_data`); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		start := time.Now()
+		conn, err := db.Acquire(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		got, err := conn.Conn().CopyFrom(ctx, pgx.Identifier{"processed_data"}, []string{"job_record_id", "data", "normalized_record"},
+			&benchCopySource{job: job, n: n})
+		conn.Release()
+		if err != nil || got != int64(n) {
+			b.Fatalf("copied %d of %d: %v", got, n, err)
+		}
+		total += time.Since(start)
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/total.Seconds(), "records/s")
+}
