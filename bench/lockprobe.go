@@ -36,7 +36,9 @@ import (
 //     worker's renewal pool (pinned plans) but without its lock_timeout, so
 //     a block shows as its whole length instead of a 55P03;
 //   - status: pg.GetJob of a random job with its owner, as the intake's
-//     GET /api/etl/jobs/{id}.
+//     GET /api/etl/jobs/{id} (from a schema older than this binary's
+//     minimum, the same read projected to job_status: GetJob reads newer
+//     columns).
 //
 // A probe statement's wait is its start-to-finish latency; a statement
 // blocked longer than the interval delays the probe's next one, so each
@@ -449,6 +451,17 @@ func (h *harness) startProbes(ctx context.Context, o lockProbeOptions, schema in
 		j := sample[rand.IntN(len(sample))]
 		_, err := pg.GetJob(ctx, statusPool, j.owner, j.id)
 		return err
+	}
+	if o.From < pg.MinSchemaVersion && !o.Historic {
+		// This binary's GetJob reads columns the starting schema lacks
+		// (from 00025 on, job_priority): the same owner-scoped primary-key
+		// read, projected to a column every schema has.
+		status = func(ctx context.Context) error {
+			var s string
+			j := sample[rand.IntN(len(sample))]
+			return statusPool.QueryRow(ctx, `SELECT j.job_status FROM etl_job_records j
+				WHERE j.job_record_id = $1 AND j.principal_scope_hash = decode($2, 'hex')`, j.id, j.owner).Scan(&s)
+		}
 	}
 	if o.Historic {
 		status = func(ctx context.Context) error {
