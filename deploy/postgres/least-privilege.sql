@@ -289,6 +289,11 @@ GRANT SELECT, INSERT ON TABLE etl_idempotency_records TO mightyetl_intake_role;
 GRANT INSERT ON TABLE etl_outbox_events TO mightyetl_intake_role;
 -- Submit and replay queue new jobs (cancellation dequeues inside etl_cancel_job).
 GRANT INSERT ON TABLE etl_job_claim_queue TO mightyetl_intake_role;
+-- The console overview counts claimable jobs by owner slot and priority
+-- (internal/pg/ops_owners.go): when, whose (the hash's first 8 bytes, which
+-- the intake already reads whole on etl_job_records) and how urgent, never
+-- which job.
+GRANT SELECT (claimable_at, owner_slot, priority) ON TABLE etl_job_claim_queue TO mightyetl_intake_role;
 -- A job insert makes its owner due (migration 00025: ON CONFLICT DO UPDATE
 -- needs SELECT and UPDATE of the columns it reads and sets); the intake
 -- writes the configured owner weights at start.

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -45,15 +46,17 @@ type OpsJob struct {
 	CreatedAt        time.Time
 	UpdatedAt        time.Time
 	AvailableAt      time.Time
+	// Priority is the job's priority, 1 (highest) .. 4 (migration 00025).
+	Priority int
 }
 
 const opsJobColumns = `j.job_record_id, j.job_kind, j.job_status, left(encode(j.principal_scope_hash, 'hex'), 8), j.attempt_count, ` +
-	`j.max_attempts, j.failure_code::text, j.cancellation_code, j.created_at, j.updated_at, j.available_at`
+	`j.max_attempts, j.failure_code::text, j.cancellation_code, j.created_at, j.updated_at, j.available_at, j.job_priority`
 
 func scanOpsJob(row scanner, extra ...any) (OpsJob, error) {
 	var j OpsJob
 	dest := append(extra, &j.JobID, &j.Kind, &j.Status, &j.Owner, &j.AttemptCount, &j.MaxAttempts,
-		&j.FailureCode, &j.CancellationCode, &j.CreatedAt, &j.UpdatedAt, &j.AvailableAt)
+		&j.FailureCode, &j.CancellationCode, &j.CreatedAt, &j.UpdatedAt, &j.AvailableAt, &j.Priority)
 	return j, row.Scan(dest...)
 }
 
@@ -62,6 +65,8 @@ type OpsListParams struct {
 	Status      string
 	Kind        string
 	FailureCode string
+	// Priority keeps the jobs of that priority (1..4); 0 keeps every one.
+	Priority int
 	// From and To bound created_at (From inclusive, To exclusive).
 	From, To time.Time
 	// Before continues the list after that job id (keyset, newest first).
@@ -119,6 +124,7 @@ WITH scanned AS MATERIALIZED (
       AND ($6 = '' OR s.job_kind = $6)
       AND ($7 = '' OR s.failure_code = $7 OR s.cancellation_code = $7)
       AND s.created_at >= $8 AND s.created_at < $9
+      AND ($10 = 0 OR s.job_priority = $10)
     ORDER BY s.job_record_id DESC
     LIMIT $4
 )
@@ -136,6 +142,9 @@ var maxUUID = uuid.UUID{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x
 func OpsListJobs(ctx context.Context, db DBTX, p OpsListParams) (OpsPage, error) {
 	if p.Limit < 1 || p.Limit > 500 {
 		return OpsPage{}, fmt.Errorf("ops list jobs: limit %d outside 1..500", p.Limit)
+	}
+	if p.Priority < 0 || p.Priority > 4 {
+		return OpsPage{}, fmt.Errorf("ops list jobs: priority %d outside 1..4", p.Priority)
 	}
 	if p.ScanLimit <= 0 {
 		p.ScanLimit = 5000
@@ -158,9 +167,10 @@ func OpsListJobs(ctx context.Context, db DBTX, p OpsListParams) (OpsPage, error)
 			attempts, maxAttempts               *int
 			failure, cancellation               *string
 			createdAt, updatedAt, availableTime *time.Time
+			priority                            *int
 		)
 		if err := rows.Scan(&page.Scanned, &lastID, &id, &kind, &status, &owner, &attempts, &maxAttempts,
-			&failure, &cancellation, &createdAt, &updatedAt, &availableTime); err != nil {
+			&failure, &cancellation, &createdAt, &updatedAt, &availableTime, &priority); err != nil {
 			return OpsPage{}, fmt.Errorf("ops list jobs: scan: %w", err)
 		}
 		if id == nil {
@@ -168,7 +178,7 @@ func OpsListJobs(ctx context.Context, db DBTX, p OpsListParams) (OpsPage, error)
 		}
 		page.Jobs = append(page.Jobs, OpsJob{JobID: *id, Kind: *kind, Status: *status, Owner: *owner,
 			AttemptCount: *attempts, MaxAttempts: *maxAttempts, FailureCode: failure, CancellationCode: cancellation,
-			CreatedAt: *createdAt, UpdatedAt: *updatedAt, AvailableAt: *availableTime})
+			CreatedAt: *createdAt, UpdatedAt: *updatedAt, AvailableAt: *availableTime, Priority: *priority})
 	}
 	if err := rows.Err(); err != nil {
 		return OpsPage{}, fmt.Errorf("ops list jobs: %w", err)
@@ -215,7 +225,7 @@ func opsListArgs(p OpsListParams) []any {
 	if !p.From.IsZero() {
 		lower = uuidV7Floor(p.From)
 	}
-	return []any{upper, lower, p.ScanLimit, p.Limit, p.Status, p.Kind, p.FailureCode, from, to}
+	return []any{upper, lower, p.ScanLimit, p.Limit, p.Status, p.Kind, p.FailureCode, from, to, p.Priority}
 }
 
 func bytesLess(a, b uuid.UUID) bool {
@@ -238,14 +248,25 @@ type ActiveJob struct {
 
 const activeJobsSQL = `
 SELECT a.job_record_id, a.job_kind, a.job_status, left(a.principal_scope_hash, 8), a.attempt_count,
-       a.max_attempts, a.claimable_at, a.lease_owner_id, a.lease_expires_at, a.created_at, clock_timestamp()
+       a.max_attempts, a.claimable_at, a.lease_owner_id, a.lease_expires_at, a.created_at, clock_timestamp(),
+       0::bigint
 FROM etl_ops_active_jobs($1) a`
+
+// activePrioritiesSQL is activeJobsSQL with each job's priority, one
+// primary-key lookup per active job (the intake's column grant), for the
+// job list's PENDING and RUNNING filters.
+var activePrioritiesSQL = strings.Replace(activeJobsSQL, "0::bigint",
+	"(SELECT j.job_priority FROM etl_job_records j WHERE j.job_record_id = a.job_record_id)", 1)
 
 // OpsActiveJobs returns up to OpsActiveCap PENDING and RUNNING jobs (in
 // claimable order), the database clock at the read, and whether the cap cut
-// the set short.
+// the set short. Their Priority is not read (zero).
 func OpsActiveJobs(ctx context.Context, db DBTX) ([]ActiveJob, time.Time, bool, error) {
-	rows, err := db.Query(ctx, activeJobsSQL, OpsActiveCap+1)
+	return opsActiveJobs(ctx, db, activeJobsSQL)
+}
+
+func opsActiveJobs(ctx context.Context, db DBTX, sql string) ([]ActiveJob, time.Time, bool, error) {
+	rows, err := db.Query(ctx, sql, OpsActiveCap+1)
 	if err != nil {
 		return nil, time.Time{}, false, fmt.Errorf("ops active jobs: %w", err)
 	}
@@ -254,9 +275,13 @@ func OpsActiveJobs(ctx context.Context, db DBTX) ([]ActiveJob, time.Time, bool, 
 	var now time.Time
 	for rows.Next() {
 		var a ActiveJob
+		var priority *int
 		if err := rows.Scan(&a.JobID, &a.Kind, &a.Status, &a.Owner, &a.AttemptCount, &a.MaxAttempts,
-			&a.ClaimableAt, &a.LeaseOwnerID, &a.LeaseExpiresAt, &a.CreatedAt, &now); err != nil {
+			&a.ClaimableAt, &a.LeaseOwnerID, &a.LeaseExpiresAt, &a.CreatedAt, &now, &priority); err != nil {
 			return nil, time.Time{}, false, fmt.Errorf("ops active jobs: scan: %w", err)
+		}
+		if priority != nil {
+			a.Priority = *priority
 		}
 		if a.Status == StatusPending {
 			a.AvailableAt = a.ClaimableAt
@@ -279,7 +304,7 @@ func OpsActiveJobs(ctx context.Context, db DBTX) ([]ActiveJob, time.Time, bool, 
 }
 
 func opsListActive(ctx context.Context, db DBTX, p OpsListParams, from, to time.Time) (OpsPage, error) {
-	active, _, capped, err := OpsActiveJobs(ctx, db)
+	active, _, capped, err := opsActiveJobs(ctx, db, activePrioritiesSQL)
 	if err != nil {
 		return OpsPage{}, err
 	}
@@ -288,6 +313,7 @@ func opsListActive(ctx context.Context, db DBTX, p OpsListParams, from, to time.
 	for _, a := range active {
 		switch {
 		case a.Status != p.Status, p.Kind != "" && a.Kind != p.Kind, p.FailureCode != "",
+			p.Priority != 0 && a.Priority != p.Priority,
 			a.CreatedAt.Before(from), !a.CreatedAt.Before(to),
 			p.Before != nil && !bytesLess(a.JobID, *p.Before):
 			continue

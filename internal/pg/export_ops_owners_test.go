@@ -1,0 +1,9 @@
+package pg
+
+// The statements of OpsClaimableByOwner (ops_owners_test.go pins their plans).
+const (
+	OpsClaimableHeadSQL   = opsClaimableHeadSQL
+	OpsClaimableSampleSQL = opsClaimableSampleSQL
+	OpsOwnerDetailSQL     = opsOwnerDetailSQL
+	OpsClaimOwnersSQL     = opsClaimOwnersSQL
+)
