@@ -84,10 +84,24 @@ func gcPercent() string {
 // differs from n, so the variants compare like with like.
 func (h *harness) burndownAll(ctx context.Context) ([]Result, error) {
 	var out []Result
-	r, err := h.burndown(ctx, variantDefault, h.o.N)
-	out = append(out, r)
-	if err != nil || len(h.o.Variants) == 0 {
-		return out, err
+	if len(h.o.BurndownClaimOwners) > 0 {
+		// -burndown-claim-owners: the default burndown once per value.
+		for _, co := range h.o.BurndownClaimOwners {
+			r, err := h.burndown(ctx, variantDefault, h.o.N, co)
+			out = append(out, r)
+			if err != nil {
+				return out, err
+			}
+		}
+	} else {
+		r, err := h.burndown(ctx, variantDefault, h.o.N, claimOwnersDefault)
+		out = append(out, r)
+		if err != nil {
+			return out, err
+		}
+	}
+	if len(h.o.Variants) == 0 {
+		return out, nil
 	}
 	vn := min(h.o.N, maxVariantN)
 	var variants []string
@@ -100,7 +114,7 @@ func (h *harness) burndownAll(ctx context.Context) ([]Result, error) {
 		}
 	}
 	for _, v := range variants {
-		r, err := h.burndown(ctx, v, vn)
+		r, err := h.burndown(ctx, v, vn, claimOwnersDefault)
 		out = append(out, r)
 		if err != nil {
 			return out, err
@@ -109,10 +123,18 @@ func (h *harness) burndownAll(ctx context.Context) ([]Result, error) {
 	return out, nil
 }
 
+// claimOwnersDefault leaves the worker's ClaimOwners at its default.
+const claimOwnersDefault = -1
+
 // burndown pre-inserts n zero-duration diagnostic jobs and times the real
-// worker working all of them to SUCCEEDED.
-func (h *harness) burndown(ctx context.Context, variant string, n int) (Result, error) {
+// worker working all of them to SUCCEEDED. claimOwners is the worker's
+// claim owners (0: first-come first-served, as MIGHTYETL_CLAIM_OWNERS=0;
+// claimOwnersDefault: the worker's default, and no suffix on the variant).
+func (h *harness) burndown(ctx context.Context, variant string, n, claimOwners int) (Result, error) {
 	res := Result{System: "mightyetl", Scenario: "burndown", Variant: variant + "/n=" + strconv.Itoa(n), Metrics: map[string]float64{}}
+	if claimOwners != claimOwnersDefault {
+		res.Variant += "/claim-owners=" + strconv.Itoa(claimOwners)
+	}
 	if err := h.fresh(ctx); err != nil {
 		return res, err
 	}
@@ -144,6 +166,12 @@ func (h *harness) burndown(ctx context.Context, variant string, n int) (Result, 
 	}
 
 	cfg := h.throughputConfig()
+	switch {
+	case claimOwners == 0:
+		cfg.ClaimOwners = -1 // worker.Config's first-come first-served
+	case claimOwners > 0:
+		cfg.ClaimOwners = claimOwners
+	}
 	if variant == variantCustomPlans {
 		h.workerURLParams = "plan_cache_mode=force_custom_plan"
 		defer func() { h.workerURLParams = "" }()
@@ -156,6 +184,7 @@ func (h *harness) burndown(ctx context.Context, variant string, n int) (Result, 
 		return res, err
 	}
 	res.Settings = h.throughputSettings(cfg, rg.execConns)
+	res.Settings["claim_owners"] = strconv.Itoa(max(cfg.ClaimOwners, 0))
 	if variant != variantDefault {
 		res.Settings["outbox"] = "off (bench trigger drops rows)"
 	}

@@ -52,6 +52,9 @@ type harness struct {
 	// bins builds the product binaries (cmd/<name>), each once, into a
 	// temporary directory close removes.
 	bins binarytest.Builder
+	// fairFresh is set once the fairness scenario re-created the database
+	// (fairReset).
+	fairFresh bool
 }
 
 func newHarness(ctx context.Context, o options, log *slog.Logger) (*harness, error) {
@@ -198,6 +201,8 @@ func (h *harness) runScenario(ctx context.Context, name string) ([]Result, error
 		return h.fleet(ctx)
 	case "large":
 		return h.large(ctx)
+	case "fairness":
+		return h.fairness(ctx)
 	}
 	return nil, fmt.Errorf("unknown scenario %q", name)
 }
@@ -209,22 +214,40 @@ func (h *harness) runScenario(ctx context.Context, name string) ([]Result, error
 // the worker's integrity check passes.
 //
 // Job ids are UUIDv7 (48-bit millisecond time, then random bits), as the
-// product's InsertJobs draws them, and every job gets its claim-queue row.
-const bulkInsertSQL = `
+// product's InsertJobs draws them, and every job gets its claim-queue row
+// with its owner slot and priority, and the owner its etl_claim_owners row
+// due by its first job (migration 00025), as pg.InsertJobs writes them: the
+// fair claim serves the backlog through the owner's index, not only through
+// the oldest share that takes rows without an owner slot.
+var bulkInsertSQL = `
 WITH ins AS (
     INSERT INTO etl_job_records (job_record_id, job_kind, principal_scope_hash, submission_key_hash,
                                  request_digest, request_payload, max_attempts)
-    SELECT encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
-                    PLACING substring(int8send((extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
-                    FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid,
+    SELECT ` + uuidV7SQL + `,
            'diagnostic', decode($1, 'hex'),
            sha256(convert_to($2 || ':' || g, 'UTF8')),
            sha256(convert_to($3, 'UTF8')), $3, 3
     FROM generate_series($4::bigint, $5::bigint) AS g
-    RETURNING job_record_id, available_at
+    RETURNING job_record_id, available_at, job_priority, principal_scope_hash
+), queued AS (
+    INSERT INTO etl_job_claim_queue (job_record_id, claimable_at, owner_slot, priority)
+    SELECT job_record_id, available_at, ` + pg.OwnerSlotOf("principal_scope_hash") + `, job_priority FROM ins
 )
-INSERT INTO etl_job_claim_queue (job_record_id, claimable_at)
-SELECT job_record_id, available_at FROM ins`
+` + ownersDueSQL
+
+// uuidV7SQL draws a UUIDv7 in SQL (the database clock's milliseconds, then
+// random bits), as the product's InsertJobs draws job ids in Go.
+const uuidV7SQL = `encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
+                    PLACING substring(int8send((extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
+                    FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid`
+
+// ownersDueSQL ends a bulk insert whose CTE ins returned the new jobs'
+// available_at and principal_scope_hash: each owner is due by its earliest
+// new job, as pg.InsertJobs makes it (migration 00025).
+var ownersDueSQL = `INSERT INTO etl_claim_owners AS o (owner_slot, due_at)
+SELECT ` + pg.OwnerSlotOf("principal_scope_hash") + `, min(available_at) FROM ins GROUP BY 1
+ON CONFLICT (owner_slot) DO UPDATE
+SET due_at = least(o.due_at, excluded.due_at), idle_visits = 0, updated_at = clock_timestamp()`
 
 // bulkInsert inserts n PENDING diagnostic jobs with payload, in statements
 // of at most 250,000 rows, then VACUUM ANALYZEs the table so the measured

@@ -20,6 +20,15 @@
 //
 //	go run ./bench -scenarios large -large-n 1000000 -json large.json
 //
+// The fairness scenario (also only when named) measures many owners on one
+// fleet with the cmd/worker binary (issue 33): a light owner beside a heavy
+// one's backlog, Zipf-skewed backlogs' shares, and the claim's latency at
+// 1,000,000 rows over 10,000 owners; -burndown-claim-owners 32,0 runs the
+// burndown with the fair and the first-come first-served claim:
+//
+//	go run ./bench -scenarios fairness -nats-url nats://127.0.0.1:4222 -json fairness.json
+//	go run ./bench -scenarios burndown -burndown-claim-owners 32,0 -peers river
+//
 // With -peers river it also runs bench/peers/river (a separate Go module,
 // never imported here) against a sibling database on the same server and
 // prints mightyETL/River ratios from the same run.
@@ -37,6 +46,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -53,7 +63,7 @@ const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/mightyetl_bench"
 var allScenarios = []string{"burndown", "continuous", "pickup", "crash", "scale", "resources", "intake", "intake-binary"}
 
 // optInScenarios run only when named in -scenarios.
-var optInScenarios = []string{"lockprobe", "fleet", "large"}
+var optInScenarios = []string{"lockprobe", "fleet", "large", "fairness"}
 
 // options are the command-line settings of one run.
 type options struct {
@@ -101,7 +111,13 @@ type options struct {
 	Fleet fleetOptions `json:"fleet"`
 	// Large are the large scenario's settings (bench/large.go).
 	Large largeOptions `json:"large"`
-	out   io.Writer
+	// Fairness are the fairness scenario's settings (bench/fairness.go).
+	Fairness fairnessOptions `json:"fairness"`
+	// BurndownClaimOwners, when set, runs the default burndown once per
+	// value, in order, with the worker's ClaimOwners at it (0: the
+	// first-come first-served claim, as MIGHTYETL_CLAIM_OWNERS=0).
+	BurndownClaimOwners []int `json:"burndown_claim_owners,omitempty"`
+	out                 io.Writer
 }
 
 func main() {
@@ -200,6 +216,18 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.LockProbe.Historic, "lockprobe-historic", false, "lockprobe: start at schema 13 and apply 00014..00016 (not online; they predate the rules)")
 	addFleetFlags(fs, &o.Fleet)
 	addLargeFlags(fs, &o.Large)
+	addFairnessFlags(fs, &o.Fairness)
+	fs.Func("burndown-claim-owners", "burndown: run the default burndown once per value of this list, in order, at the worker's claim owners (MIGHTYETL_CLAIM_OWNERS; 0: first-come first-served), e.g. 32,0 (default: once, at the worker's default)", func(s string) error {
+		o.BurndownClaimOwners = nil
+		for f := range strings.SplitSeq(s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 0 || n > 1000 {
+				return fmt.Errorf("%q: want claim owners 0..1000", f)
+			}
+			o.BurndownClaimOwners = append(o.BurndownClaimOwners, n)
+		}
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -291,6 +319,7 @@ func (o *options) defaults() {
 	if o.ResourcesWindow == 0 {
 		o.ResourcesWindow = pickD(30*time.Second, 5*time.Second)
 	}
+	o.Fairness.defaults(o.Quick)
 }
 
 func contains(list []string, s string) bool {
@@ -400,7 +429,7 @@ func execute(ctx context.Context, o options, log *slog.Logger) (*Report, error) 
 			fmt.Fprintf(os.Stderr, "bench: peer %s failed: %v\n", p, err)
 		}
 	}
-	rep.Ratios = append(ratios(rep.Results, rep.Peers), intakeRatios(rep.Results)...)
+	rep.Ratios = append(append(ratios(rep.Results, rep.Peers), intakeRatios(rep.Results)...), fairnessRatios(rep.Results)...)
 	rep.Machine.LoadAvgEnd = loadAvg()
 	if len(rep.Errors) > 0 {
 		return rep, fmt.Errorf("%d scenario(s) failed: %s", len(rep.Errors), strings.Join(rep.Errors, "; "))

@@ -97,11 +97,32 @@ func ratios(mine, peers []Result) []Ratio {
 		}
 		out = append(out, Ratio{Scenario: scenario, Metric: label, Mighty: a, Peer: b, PeerName: p.System, Ratio: a / b, Direction: dir})
 	}
-	// Burndown: the default variant at the peer's n.
+	// Burndown: the default variant at the peer's n; with
+	// -burndown-claim-owners, each of its runs in run order (the fair and
+	// the first-come first-served claim against the same peer run).
 	if p, ok := find(peers, "burndown", ""); ok {
-		add("burndown", "default/"+p.Variant, "", "jobs_per_s", "higher")
-		add("burndown", "default/"+p.Variant, "", "wal_bytes_per_job", "lower")
-		add("burndown", "default/"+p.Variant, "", "wal_run_bytes_per_job", "lower")
+		mv := "default/" + p.Variant
+		var runs []Result
+		for _, r := range mine {
+			if r.Scenario == "burndown" && strings.HasPrefix(r.Variant, mv+"/claim-owners=") {
+				runs = append(runs, r)
+			}
+		}
+		if len(runs) == 0 {
+			add("burndown", mv, "", "jobs_per_s", "higher")
+			add("burndown", mv, "", "wal_bytes_per_job", "lower")
+			add("burndown", mv, "", "wal_run_bytes_per_job", "lower")
+		}
+		for i, r := range runs {
+			for _, m := range [][2]string{{"jobs_per_s", "higher"}, {"wal_bytes_per_job", "lower"}} {
+				a, okA := r.Metrics[m[0]]
+				b, okB := p.Metrics[m[0]]
+				if okA && okB && b > 0 {
+					out = append(out, Ratio{Scenario: "burndown", Metric: fmt.Sprintf("%s [%s vs %s] (run %d of %d)", m[0], r.Variant, p.Variant, i+1, len(runs)),
+						Mighty: a, Peer: b, PeerName: p.System, Ratio: a / b, Direction: m[1]})
+				}
+			}
+		}
 	}
 	add("continuous", "", "", "jobs_per_s", "higher")
 	for _, pair := range [][2]string{{"nats-announced", "tuned"}, {"nats-announced", "default"}, {"nats-relay", "tuned"}, {"poll-only", "poll-only"}} {
