@@ -176,6 +176,8 @@ func NewIntake(cfg config.Intake, pools IntakePools, o IntakeOptions) (in *Intak
 		MaxAttempts:      cfg.MaxAttempts,
 		Metrics:          m,
 		Uploads:          cfg.Uploads.Options(),
+
+		MaxScheduleHorizon: cfg.MaxScheduleHorizon,
 	})
 	if err != nil {
 		return nil, err

@@ -55,6 +55,15 @@ const (
 	InvalidPageCursor = "etl_invalid_job_page_cursor"
 	// InvalidStatusFilter: status is not a job status.
 	InvalidStatusFilter = "etl_invalid_job_status_filter"
+	// InvalidPriorityFilter: priority is not one digit 1..4.
+	InvalidPriorityFilter = "etl_invalid_job_priority_filter"
+	// InvalidPriority: the Mightyetl-Priority header (HTTP or NATS) is not
+	// exactly one digit 1..4, or is repeated.
+	InvalidPriority = "etl_invalid_priority"
+	// InvalidNotBefore: the Mightyetl-Not-Before header (HTTP or NATS) is
+	// not one RFC 3339 date-time with an offset, or lies beyond the
+	// intake's MIGHTYETL_MAX_SCHEDULE_HORIZON.
+	InvalidNotBefore = "etl_invalid_not_before"
 	// ReplayKeyRequired: a replay without an Idempotency-Key.
 	ReplayKeyRequired = "etl_job_replay_key_required"
 	// ReplayKeyReused: the key replayed another job or with another body.
@@ -187,7 +196,8 @@ var Problems = []string{
 	InvalidJSON, InvalidRecord, BatchTooLarge, InvalidIdempotencyKey, PrincipalRequired,
 	SubmissionKeyReused, IdempotencyKeyReused, JobNotFound, CancellationKeyRequired,
 	CancellationKeyReused, AlreadySucceeded, AlreadyFailed, InvalidPageLimit, InvalidPageCursor,
-	InvalidStatusFilter, ReplayKeyRequired, ReplayKeyReused, ReplayPayloadMismatch,
+	InvalidStatusFilter, InvalidPriorityFilter, InvalidPriority, InvalidNotBefore,
+	ReplayKeyRequired, ReplayKeyReused, ReplayPayloadMismatch,
 	ReplaySourceActive, ReplaySourceSucceeded, ReplayGenerationExhausted, ReplayRequiresUpload,
 	TargetUnavailable,
 	InternalError, AuthenticationRequired, PayloadTooLarge, RouteNotFound, MethodNotAllowed,

@@ -24,6 +24,11 @@ const (
 	MaxInFlightBytesCeiling = 1 << 30
 	// MinPrincipalHashKeyBytes is the shortest accepted MIGHTYETL_PRINCIPAL_HASH_KEY.
 	MinPrincipalHashKeyBytes = 32
+	// MinScheduleHorizon and MaxScheduleHorizonCeiling bound
+	// MIGHTYETL_MAX_SCHEDULE_HORIZON (default
+	// intake.DefaultMaxScheduleHorizon, 30 days).
+	MinScheduleHorizon        = time.Minute
+	MaxScheduleHorizonCeiling = 365 * 24 * time.Hour
 )
 
 // Intake defaults that belong to no part's options (the others are the
@@ -68,6 +73,7 @@ type Intake struct {
 	JWTOperatorClaim      string        // MIGHTYETL_JWT_OPERATOR_CLAIM: claim naming operators (jwt mode), with JWTOperatorValue
 	JWTOperatorValue      string        // MIGHTYETL_JWT_OPERATOR_VALUE: value of JWTOperatorClaim that makes an operator
 	Uploads               Uploads       // MIGHTYETL_UPLOAD_*: large-job upload limits
+	MaxScheduleHorizon    time.Duration // MIGHTYETL_MAX_SCHEDULE_HORIZON, default 720h (1m..8760h): how far ahead a Mightyetl-Not-Before may lie
 }
 
 // Bounds of the upload settings (their defaults are intake's
@@ -184,6 +190,8 @@ func RegisterIntake(l *Loader, dst *Intake) {
 	l.String(&dst.JWTOperatorClaim, "MIGHTYETL_JWT_OPERATOR_CLAIM", "jwt-operator-claim", "", "JWT claim that marks operators (jwt mode), e.g. roles", nil)
 	l.String(&dst.JWTOperatorValue, "MIGHTYETL_JWT_OPERATOR_VALUE", "jwt-operator-value", "", "value of the operator claim that makes an operator, e.g. mightyetl-operator", nil)
 	RegisterUploads(l, &dst.Uploads)
+	l.Duration(&dst.MaxScheduleHorizon, "MIGHTYETL_MAX_SCHEDULE_HORIZON", "max-schedule-horizon", intake.DefaultMaxScheduleHorizon,
+		MinScheduleHorizon, MaxScheduleHorizonCeiling, "how far ahead of the intake's clock a job may be scheduled (400 etl_invalid_not_before beyond)")
 	RegisterNATS(l, &dst.NATS)
 }
 

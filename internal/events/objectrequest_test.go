@@ -164,7 +164,7 @@ type longHandler struct {
 
 func (h *longHandler) IsLongRequest(body []byte) bool { return IsObjectRequest(body) }
 
-func (h *longHandler) HandleRequest(ctx context.Context, _, _ string, _ []byte) ([]byte, string, error) {
+func (h *longHandler) HandleRequest(ctx context.Context, _ Request) ([]byte, string, error) {
 	h.mu.Lock()
 	h.calls++
 	n := h.calls

@@ -52,6 +52,16 @@ const ErrorCodeHeader = "Mightyetl-Error-Code"
 // one the server could not have deduplicated against another principal's.
 const IdempotencyKeyHeader = "Mightyetl-Idempotency-Key"
 
+// PriorityHeader carries a request's priority, one digit 1 (highest) ..
+// 4 (lowest), and NotBeforeHeader the earliest time its job may run (RFC
+// 3339 with an offset): the HTTP submission's headers, with the same rules
+// and rejections (codes.InvalidPriority, codes.InvalidNotBefore). Absent
+// means priority 2, at once. Neither is part of the request's identity.
+const (
+	PriorityHeader  = "Mightyetl-Priority"
+	NotBeforeHeader = "Mightyetl-Not-Before"
+)
+
 // ReplyInboxPrefix is the inbox prefix of principal's producers,
 // "_INBOX.<principal>": a producer connects with
 // nats.CustomInboxPrefix(ReplyInboxPrefix(principal)) and names a subject
@@ -164,13 +174,25 @@ func (l RequestsLimits) MinStreamBytes() int64 {
 	return l.MaxPerPrincipal * (int64(max(l.MaxMsgSize, 0)) + RequestStoreOverhead) * RequestsPrincipalShares
 }
 
+// Request is one request message as its RequestHandler sees it.
+type Request struct {
+	// Principal is the last subject token (NATS permissions decide who may
+	// publish there).
+	Principal string
+	// IdempotencyKey is the IdempotencyKeyHeader value, possibly empty (the
+	// handler validates it with the HTTP header's rules).
+	IdempotencyKey string
+	// Priority and NotBefore are the values of PriorityHeader and
+	// NotBeforeHeader, nil when absent (the handler validates them with the
+	// HTTP headers' rules).
+	Priority, NotBefore []string
+	// Body is the raw record array (or an object request).
+	Body []byte
+}
+
 // RequestHandler turns one request message into a job. It is OUR interface,
-// implemented by the intake.
-//
-// principal is the last subject token (NATS permissions decide who may
-// publish there); idempotencyKey is the IdempotencyKeyHeader value, possibly
-// empty (the handler validates it with the HTTP header's rules); body is the raw
-// record array. The handler must commit before returning success.
+// implemented by the intake. The handler must commit before returning
+// success.
 //
 // Results: err != nil means the request failed internally (database
 // unavailable, or anything else unexpected): the message is redelivered after
@@ -181,7 +203,7 @@ func (l RequestsLimits) MinStreamBytes() int64 {
 // job is committed; reply holds the job representation. A redelivered
 // message must converge on the same job. Called concurrently.
 type RequestHandler interface {
-	HandleRequest(ctx context.Context, principal, idempotencyKey string, body []byte) (reply []byte, problemCode string, err error)
+	HandleRequest(ctx context.Context, req Request) (reply []byte, problemCode string, err error)
 }
 
 // Rejection is the body of a "<p>.rejections" message: payload-free, no
@@ -627,15 +649,17 @@ func (c *RequestConsumer) handle(ctx context.Context, msg jetstream.Msg) {
 		// first decided whether this message was stored.
 		code = codes.MsgIDForbidden
 	default:
+		req := Request{Principal: principal, IdempotencyKey: key, Body: msg.Data(),
+			Priority: msg.Headers().Values(PriorityHeader), NotBefore: msg.Headers().Values(NotBeforeHeader)}
 		if long {
 			lctx, stop := longContext(trace.ContextWithSpan(ctx, span), msg, c.opts.AckWait/3, c.opts.HandlerTimeout)
-			reply, code, err = c.h.HandleRequest(lctx, principal, key, msg.Data())
+			reply, code, err = c.h.HandleRequest(lctx, req)
 			stop()
 			sctx, scancel := context.WithTimeout(hctx, c.opts.HandlerTimeout)
 			defer scancel()
 			hctx = sctx
 		} else {
-			reply, code, err = c.h.HandleRequest(hctx, principal, key, msg.Data())
+			reply, code, err = c.h.HandleRequest(hctx, req)
 		}
 		if err != nil && delivered >= uint64(c.opts.MaxDeliveries) {
 			reply, code, err = nil, codes.RequestDeliveriesExhausted, nil

@@ -33,7 +33,8 @@ type fakeHandler struct {
 	gate   chan struct{}                               // when set, each call waits for a token
 }
 
-func (h *fakeHandler) HandleRequest(ctx context.Context, principal, key string, body []byte) ([]byte, string, error) {
+func (h *fakeHandler) HandleRequest(ctx context.Context, req Request) ([]byte, string, error) {
+	principal, key, body := req.Principal, req.IdempotencyKey, req.Body
 	if h.gate != nil {
 		select {
 		case <-h.gate:

@@ -15,7 +15,7 @@ import (
 
 type replyingHandler struct{}
 
-func (replyingHandler) HandleRequest(context.Context, string, string, []byte) ([]byte, string, error) {
+func (replyingHandler) HandleRequest(context.Context, Request) ([]byte, string, error) {
 	return []byte("ok"), "", nil
 }
 

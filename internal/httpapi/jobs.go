@@ -18,10 +18,14 @@ import (
 const jobsPath = "/api/etl/jobs"
 
 // submitResponse is the body of 202 Accepted (new or replayed submission).
+// Priority and NotBefore are the job's (intake.JobView's rules); both are
+// omitted when the use case did not read them (an operator's replay).
 type submitResponse struct {
 	JobRecordID string `json:"jobRecordId"`
 	JobStatus   string `json:"jobStatus"`
 	StatusURL   string `json:"statusUrl"`
+	Priority    int    `json:"priority,omitempty"`
+	NotBefore   string `json:"notBefore,omitempty"`
 }
 
 // listResponse is the body of a list page.
@@ -98,9 +102,9 @@ func (a *api) readBody(w http.ResponseWriter, r *http.Request) (body []byte, rel
 }
 
 // submit serves POST /api/etl/jobs (kind "") and POST
-// /api/etl/diagnostic-jobs (kind "diagnostic"): key, then size, then the
-// use case. 202 with Location and Idempotency-Replayed for new and replayed
-// jobs alike.
+// /api/etl/diagnostic-jobs (kind "diagnostic"): key, then the schedule
+// headers, then size, then the use case. 202 with Location and
+// Idempotency-Replayed for new and replayed jobs alike.
 func (a *api) submit(kind string) apiHandler {
 	if kind == "" {
 		kind = pg.KindETLRecords
@@ -111,13 +115,17 @@ func (a *api) submit(kind string) apiHandler {
 			writeProblem(w, r, codes.InvalidIdempotencyKey)
 			return
 		}
+		schedule, ok := a.readSchedule(w, r, true)
+		if !ok {
+			return
+		}
 		body, release, ok := a.readBody(w, r)
 		defer release()
 		if !ok {
 			return
 		}
 		res, err := a.opts.Service.Submit(r.Context(), intake.SubmitRequest{
-			Principal: principal, IdempotencyKey: key, Body: body, Kind: kind,
+			Principal: principal, IdempotencyKey: key, Body: body, Kind: kind, Schedule: schedule,
 		})
 		if err != nil {
 			writeError(w, r, err)
@@ -125,6 +133,22 @@ func (a *api) submit(kind string) apiHandler {
 		}
 		writeAccepted(w, jobsPath, res.Job, res.Replayed)
 	}
+}
+
+// readSchedule reads the Mightyetl-Priority and Mightyetl-Not-Before
+// headers (intake.ParseSchedule). On a malformed one it writes its problem,
+// counts the rejection when submission is true (a replay's is not a
+// submission), and returns ok false.
+func (a *api) readSchedule(w http.ResponseWriter, r *http.Request, submission bool) (intake.Schedule, bool) {
+	s, err := intake.ParseSchedule(r.Header.Values(intake.PriorityHeader), r.Header.Values(intake.NotBeforeHeader))
+	if err != nil {
+		if submission {
+			a.opts.Service.RejectSubmission(err)
+		}
+		writeError(w, r, err)
+		return intake.Schedule{}, false
+	}
+	return s, true
 }
 
 // writeAccepted answers 202 for a new (replayed false) or replayed job of
@@ -136,20 +160,33 @@ func writeAccepted(w http.ResponseWriter, base string, job pg.Job, replayed bool
 	h := w.Header()
 	h["Location"] = []string{loc}
 	setReplayed(h, replayed)
+	priority, notBefore := intake.ScheduleView(job)
 	if !plainJSONString(base) || !plainJSONString(job.Status) {
-		writeJSON(w, http.StatusAccepted, submitResponse{JobRecordID: id, JobStatus: job.Status, StatusURL: loc})
+		writeJSON(w, http.StatusAccepted, submitResponse{JobRecordID: id, JobStatus: job.Status, StatusURL: loc,
+			Priority: priority, NotBefore: notBefore})
 		return
 	}
 	// What json.Marshal makes of submitResponse, without reflection: no
-	// value needs an escape.
-	body := make([]byte, 0, len(`{"jobRecordId":"","jobStatus":"","statusUrl":""}`)+len(id)+len(job.Status)+len(loc))
+	// value needs an escape (a notBefore is digits, '-', ':', '.', 'T', 'Z').
+	body := make([]byte, 0, len(`{"jobRecordId":"","jobStatus":"","statusUrl":"","priority":0,"notBefore":""}`)+
+		len(id)+len(job.Status)+len(loc)+len(notBefore))
 	body = append(body, `{"jobRecordId":"`...)
 	body = append(body, id...)
 	body = append(body, `","jobStatus":"`...)
 	body = append(body, job.Status...)
 	body = append(body, `","statusUrl":"`...)
 	body = append(body, loc...)
-	body = append(body, `"}`...)
+	body = append(body, '"')
+	if priority != 0 {
+		body = append(body, `,"priority":`...)
+		body = strconv.AppendInt(body, int64(priority), 10)
+	}
+	if notBefore != "" {
+		body = append(body, `,"notBefore":"`...)
+		body = append(body, notBefore...)
+		body = append(body, '"')
+	}
+	body = append(body, '}')
 	writeJSONBody(w, http.StatusAccepted, body)
 }
 
@@ -276,7 +313,7 @@ func parseLimit(s string) (int, bool) {
 	return n, n >= 1 && n <= intake.MaxListLimit
 }
 
-// list serves GET /api/etl/jobs?limit=&cursor=&status=.
+// list serves GET /api/etl/jobs?limit=&cursor=&status=&priority=.
 func (a *api) list(w http.ResponseWriter, r *http.Request, principal string) {
 	q := parseQuery(r.URL.RawQuery)
 	req := intake.ListRequest{Principal: principal}
@@ -289,6 +326,12 @@ func (a *api) list(w http.ResponseWriter, r *http.Request, principal string) {
 		return
 	} else {
 		req.Status = s
+	}
+	if s, present, ok := q.single("priority"); !ok || (present && !validPriorityFilter(s)) {
+		writeProblem(w, r, codes.InvalidPriorityFilter)
+		return
+	} else if present {
+		req.Priority = int(s[0] - '0')
 	}
 	if req.Cursor, ok = q.pageCursor(w, r); !ok {
 		return
@@ -309,9 +352,18 @@ func (a *api) list(w http.ResponseWriter, r *http.Request, principal string) {
 		if req.Status != "" {
 			next.Set("status", req.Status)
 		}
+		if req.Priority != 0 {
+			next.Set("priority", strconv.Itoa(req.Priority))
+		}
 		w.Header().Set("Link", "<"+jobsPath+"?"+next.Encode()+`>; rel="next"`)
 	}
 	writeJSON(w, http.StatusOK, body)
+}
+
+// validPriorityFilter reports whether s is a priority filter: one digit
+// 1..4.
+func validPriorityFilter(s string) bool {
+	return len(s) == 1 && s[0] >= '0'+pg.HighestPriority && s[0] <= '0'+pg.LowestPriority
 }
 
 // cancel serves POST /api/etl/jobs/{id}/cancellation: id (404), then key
@@ -340,7 +392,8 @@ func (a *api) cancel(w http.ResponseWriter, r *http.Request, principal string) {
 }
 
 // replay serves POST /api/etl/jobs/{id}/replays: id (404), then key (400),
-// then size (413), then the use case. The body is not parsed: it must be
+// then size (413), then the schedule headers (400; absent: the source's
+// priority, at once), then the use case. The body is not parsed: it must be
 // the byte-identical original payload, which the use case checks against the
 // source's digest. 202 with Location and Idempotency-Replayed, shaped like
 // submit, for new and replayed replays alike.
@@ -350,8 +403,12 @@ func (a *api) replay(w http.ResponseWriter, r *http.Request, principal string) {
 	if !ok {
 		return
 	}
+	schedule, ok := a.readSchedule(w, r, false)
+	if !ok {
+		return
+	}
 	res, err := a.opts.Service.Replay(r.Context(), intake.ReplayRequest{
-		Principal: principal, IdempotencyKey: key, JobID: id, Body: body,
+		Principal: principal, IdempotencyKey: key, JobID: id, Body: body, Schedule: schedule,
 	})
 	if err != nil {
 		writeError(w, r, err)

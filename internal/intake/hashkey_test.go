@@ -14,7 +14,7 @@ func TestEmptyHashKeyTakesNoJobs(t *testing.T) {
 	t.Parallel()
 	s, db := newService(t, func(o *Options) { o.PrincipalHashKey = nil })
 	ctx := context.Background()
-	_, code, err := NATSRequests{Service: s}.HandleRequest(ctx, "alice", "nats-key-0000000001", []byte(body))
+	_, code, err := NATSRequests{Service: s}.HandleRequest(ctx, NATSRequest{Principal: "alice", IdempotencyKey: "nats-key-0000000001", Body: []byte(body)})
 	if err == nil || code != "" {
 		t.Fatalf("NATS request: code %q err %v, want an internal error", code, err)
 	}

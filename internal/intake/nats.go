@@ -15,6 +15,8 @@ type RequestReply struct {
 	JobRecordID string `json:"jobRecordId"`
 	JobStatus   string `json:"jobStatus"`
 	StatusURL   string `json:"statusUrl"`
+	Priority    int    `json:"priority,omitempty"`
+	NotBefore   string `json:"notBefore,omitempty"`
 	Replayed    bool   `json:"idempotencyReplayed"`
 }
 
@@ -30,20 +32,42 @@ type NATSRequests struct {
 	Kind string
 }
 
+// NATSRequest is one NATS job request, the fields of events.Request (the
+// bridge converts one into the other).
+type NATSRequest struct {
+	// Principal is the subject's last token.
+	Principal string
+	// IdempotencyKey is the Mightyetl-Idempotency-Key header, possibly empty.
+	IdempotencyKey string
+	// Priority and NotBefore are the values of PriorityHeader and
+	// NotBeforeHeader, nil when absent.
+	Priority, NotBefore []string
+	// Body is the record array.
+	Body []byte
+}
+
 // HandleRequest submits one request. A rejection returns its stable code
 // (the consumer terminates the message and publishes a payload-free
-// rejection); an unavailable database returns an error (the consumer
-// redelivers later); success returns the job representation.
-func (n NATSRequests) HandleRequest(ctx context.Context, principal, idempotencyKey string, body []byte) ([]byte, string, error) {
-	key, ok := natsKey(idempotencyKey)
+// rejection): the key's, then the schedule headers' (ParseSchedule, the
+// HTTP headers' rules), then Submit's; an unavailable database returns an
+// error (the consumer redelivers later); success returns the job
+// representation.
+func (n NATSRequests) HandleRequest(ctx context.Context, req NATSRequest) ([]byte, string, error) {
+	key, ok := natsKey(req.IdempotencyKey)
 	if !ok {
 		return nil, codes.InvalidIdempotencyKey, nil
+	}
+	schedule, err := ParseSchedule(req.Priority, req.NotBefore)
+	if err != nil {
+		n.Service.RejectSubmission(err)
+		return nil, CodeOf(err), nil
 	}
 	kind := n.Kind
 	if kind == "" {
 		kind = pg.KindETLRecords
 	}
-	res, err := n.Service.Submit(ctx, SubmitRequest{Principal: principal, IdempotencyKey: key, Body: body, Kind: kind})
+	res, err := n.Service.Submit(ctx, SubmitRequest{Principal: req.Principal, IdempotencyKey: key, Body: req.Body, Kind: kind,
+		Schedule: schedule})
 	return natsAnswer(res, err)
 }
 
@@ -68,10 +92,12 @@ func natsAnswer(res SubmitResult, err error) ([]byte, string, error) {
 		}
 		return nil, "", err
 	}
-	reply, err := json.Marshal(RequestReply{
+	r := RequestReply{
 		JobRecordID: res.Job.JobID.String(), JobStatus: res.Job.Status,
 		StatusURL: "/api/etl/jobs/" + res.Job.JobID.String(), Replayed: res.Replayed,
-	})
+	}
+	r.Priority, r.NotBefore = ScheduleView(res.Job)
+	reply, err := json.Marshal(r)
 	if err != nil {
 		return nil, "", err
 	}

@@ -19,6 +19,9 @@ type ReplayRequest struct {
 	// Body is the byte-identical original payload of the source. A terminal
 	// job keeps only its digest, so the caller must resend it.
 	Body []byte
+	// Schedule is the replay job's priority (0: the source's) and notBefore
+	// (zero: at once); not part of the request's identity.
+	Schedule Schedule
 }
 
 // ReplayResult is the replay job a request created or replayed.
@@ -37,7 +40,9 @@ type ReplayResult struct {
 // the source's request_digest, which proves it is the payload that was
 // validated at submission. Outcomes, in the order they are decided:
 //   - blank principal: ErrPrincipalRequired; missing or invalid key:
-//     ErrReplayKeyRequired (before any database access);
+//     ErrReplayKeyRequired; a priority outside 1..4: ErrInvalidPriority; a
+//     notBefore beyond the horizon: ErrInvalidNotBefore (all before any
+//     database access);
 //   - absent or foreign source: ErrJobNotFound;
 //   - the key already made a replay of this source with this body: that job,
 //     Replayed true; of another source or body: ErrReplayKeyReused;
@@ -61,12 +66,18 @@ func (s *Service) Replay(ctx context.Context, req ReplayRequest) (ReplayResult, 
 	if !ValidKey(req.IdempotencyKey) {
 		return ReplayResult{}, ErrReplayKeyRequired
 	}
+	schedule, err := s.checkSchedule(req.Schedule)
+	if err != nil {
+		return ReplayResult{}, err
+	}
 	out, err := pg.ReplayJob(ctx, s.db, pg.ReplayParams{
 		PrincipalScopeHash: scope,
 		SourceJobID:        req.JobID,
 		ReplayKeyHash:      ReplayKeyHash(scope, req.IdempotencyKey),
 		RequestDigest:      RequestDigest(req.Body),
 		Payload:            string(req.Body),
+		Priority:           schedule.Priority,
+		NotBefore:          schedule.NotBefore,
 	})
 	return s.replayResult(out, err)
 }

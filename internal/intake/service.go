@@ -80,6 +80,11 @@ type Options struct {
 	// Uploads bound large-job uploads (MIGHTYETL_UPLOAD_*); zero fields
 	// take their defaults.
 	Uploads UploadOptions
+	// MaxScheduleHorizon is how far ahead of the intake's clock a
+	// submission's or replay's notBefore may lie
+	// (MIGHTYETL_MAX_SCHEDULE_HORIZON); zero or negative means
+	// DefaultMaxScheduleHorizon.
+	MaxScheduleHorizon time.Duration
 }
 
 // WithDefaults returns o with every zero field that has a default set to
@@ -95,6 +100,7 @@ func (o Options) WithDefaults() Options {
 	o.GroupCommitMaxInFlight = cmp.Or(max(o.GroupCommitMaxInFlight, 0), DefaultGroupCommitMaxInFlight)
 	o.FlushTimeout = cmp.Or(max(o.FlushTimeout, 0), DefaultFlushTimeout)
 	o.Uploads = o.Uploads.WithDefaults()
+	o.MaxScheduleHorizon = cmp.Or(max(o.MaxScheduleHorizon, 0), DefaultMaxScheduleHorizon)
 	return o
 }
 
@@ -108,7 +114,9 @@ type Service struct {
 	maxAttempts int
 	metrics     *metrics.Intake
 	uploads     UploadOptions
-	batcher     *batcher
+	// maxScheduleHorizon bounds a notBefore (Options.MaxScheduleHorizon).
+	maxScheduleHorizon time.Duration
+	batcher            *batcher
 	// notify wakes the outbox relays after a commit that wrote an outbox
 	// group row (submit, replay), unless outboxWake is set.
 	notify *pg.OutboxNotifier
@@ -209,6 +217,8 @@ func New(opts Options) (*Service, error) {
 		metrics:     opts.Metrics,
 		uploads:     opts.Uploads,
 		notify:      pg.NewOutboxNotifier(opts.DB),
+
+		maxScheduleHorizon: opts.MaxScheduleHorizon,
 	}
 	s.batcher = &batcher{
 		wakeOutbox:   s.wakeOutbox,
@@ -266,6 +276,9 @@ type ListRequest struct {
 	// Status, when not empty, keeps jobs in that state (one of the five);
 	// anything else is ErrInvalidStatusFilter.
 	Status string
+	// Priority, when not 0, keeps jobs of that priority (1..4); anything
+	// else is ErrInvalidPriorityFilter.
+	Priority int
 }
 
 // ListResult is one page.
@@ -289,7 +302,7 @@ func ValidStatus(s string) bool {
 }
 
 // List returns one keyset page of the caller's jobs. Validation order:
-// limit, status, cursor.
+// limit, status, priority, cursor.
 func (s *Service) List(ctx context.Context, req ListRequest) (ListResult, error) {
 	scope, err := s.scope(req.Principal)
 	if err != nil {
@@ -304,7 +317,10 @@ func (s *Service) List(ctx context.Context, req ListRequest) (ListResult, error)
 	if req.Status != "" && !ValidStatus(req.Status) {
 		return ListResult{}, ErrInvalidStatusFilter
 	}
-	p := pg.ListParams{PrincipalScopeHash: scope, Status: req.Status, Limit: req.Limit + 1}
+	if req.Priority != 0 && (req.Priority < pg.HighestPriority || req.Priority > pg.LowestPriority) {
+		return ListResult{}, ErrInvalidPriorityFilter
+	}
+	p := pg.ListParams{PrincipalScopeHash: scope, Status: req.Status, Priority: req.Priority, Limit: req.Limit + 1}
 	if req.Cursor != "" {
 		k, err := decodeCursor(s.hashKey, scope, req.Cursor)
 		if err != nil {

@@ -21,6 +21,9 @@ type SubmitRequest struct {
 	// Kind is pg.KindETLRecords (a record batch) or pg.KindDiagnostic (see
 	// ParseDiagnostic); empty means pg.KindETLRecords.
 	Kind string
+	// Schedule is the job's priority and notBefore; the zero value is
+	// priority 2 at once. Not part of the request's identity.
+	Schedule Schedule
 }
 
 // SubmitResult is the job a submission created or replayed.
@@ -37,11 +40,15 @@ type SubmitResult struct {
 //   - new job: Replayed false;
 //   - same principal and key, byte-identical body and same kind: the
 //     existing job with its current status, Replayed true (also when the
-//     first submission is still committing: exactly one caller gets false);
+//     first submission is still committing: exactly one caller gets false),
+//     with the first submission's priority and notBefore whatever req's
+//     Schedule (the schedule is not part of the request's identity);
 //   - same key, other body or kind: ErrSubmissionKeyReused;
 //   - invalid key: ErrInvalidIdempotencyKey; blank principal:
-//     ErrPrincipalRequired; invalid body: etl_invalid_json,
-//     etl_invalid_record or etl_batch_too_large, with nothing written;
+//     ErrPrincipalRequired; a priority outside 1..4: ErrInvalidPriority; a
+//     notBefore beyond the horizon: ErrInvalidNotBefore; invalid body:
+//     etl_invalid_json, etl_invalid_record or etl_batch_too_large, with
+//     nothing written;
 //   - database unreachable: etl_target_unavailable, with nothing written
 //     (retry with the same key and body).
 //
@@ -82,6 +89,10 @@ func (s *Service) submit(ctx context.Context, req SubmitRequest) (SubmitResult, 
 	if !ValidKey(req.IdempotencyKey) {
 		return SubmitResult{}, ErrInvalidIdempotencyKey
 	}
+	schedule, err := s.checkSchedule(req.Schedule)
+	if err != nil {
+		return SubmitResult{}, err
+	}
 	kind := req.Kind
 	switch kind {
 	case "", pg.KindETLRecords:
@@ -108,6 +119,8 @@ func (s *Service) submit(ctx context.Context, req SubmitRequest) (SubmitResult, 
 			// The intake.submit span's context, when tracing is on and
 			// sampled: the execution links to it.
 			SubmitTraceparent: tracing.Traceparent(ctx),
+			Priority:          schedule.Priority,
+			NotBefore:         schedule.NotBefore,
 		},
 		done: make(chan struct{}),
 	}

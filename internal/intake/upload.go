@@ -359,6 +359,8 @@ func (s *Service) submitUpload(ctx context.Context, req SubmitUploadRequest) (Su
 		// 00013): wake the relays.
 		s.wakeOutbox()
 	}
+	// A large job takes the default priority (uploads carry no schedule).
+	out.Job.Priority = cmp.Or(out.Job.Priority, pg.DefaultPriority)
 	return SubmitResult{Job: out.Job, Replayed: !out.Created}, nil
 }
 

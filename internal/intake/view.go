@@ -21,6 +21,10 @@ func FormatTime(t time.Time) string { return t.UTC().Format(TimeLayout) }
 // the contract. It never holds a payload, principal, key, hash or lease id.
 // The three replay fields are set only for a replay job (zero otherwise, and
 // then omitted from JSON); Progress only for a chunked job (issue 32).
+// Priority is the job's (1..4; omitted only when the read did not fill it,
+// which no owner read does); NotBefore is set only while the job is PENDING
+// and not claimable before that time, by the database clock at the read
+// (pg.Job.NotBefore): a scheduled job, or a retry waiting out its backoff.
 type JobView struct {
 	JobRecordID             string        `json:"jobRecordId"`
 	JobStatus               string        `json:"jobStatus"`
@@ -32,6 +36,8 @@ type JobView struct {
 	ReplayRootJobRecordID   string        `json:"replayRootJobRecordId,omitempty"`
 	ReplayGenerationCount   int           `json:"replayGenerationCount,omitempty"`
 	Progress                *ProgressView `json:"progress,omitempty"`
+	Priority                int           `json:"priority,omitempty"`
+	NotBefore               string        `json:"notBefore,omitempty"`
 }
 
 // NewJobView builds the representation of j.
@@ -52,7 +58,18 @@ func NewJobView(j pg.Job) JobView {
 	if j.Progress != nil {
 		v.Progress = newProgressView(*j.Progress)
 	}
+	v.Priority, v.NotBefore = ScheduleView(j)
 	return v
+}
+
+// ScheduleView is j's priority and notBefore as every representation of a
+// job shows them (JobView, the submit response, the NATS reply): the
+// notBefore in TimeLayout, empty when j has none.
+func ScheduleView(j pg.Job) (priority int, notBefore string) {
+	if !j.NotBefore.IsZero() {
+		notBefore = FormatTime(j.NotBefore)
+	}
+	return j.Priority, notBefore
 }
 
 // Active reports whether the job may still change by itself (PENDING or
@@ -71,7 +88,11 @@ func (v JobView) Active() bool {
 // contract's. Lineage never changes after insert, so the two forms never
 // describe the same job. A job with Progress (a chunked job) then appends
 // the field "progress" and its seven fields (ProgressView.fields), so a poll
-// with If-None-Match sees every new checkpoint. Every replica computes the
+// with If-None-Match sees every new checkpoint. Then a job whose priority is
+// not the default 2 appends the field "priority" and its value, and a job
+// with a notBefore the field "notBefore" and its value, so the tag changes
+// when the notBefore passes (and the representation drops it); a job of
+// priority 2 without a notBefore appends nothing. Every replica computes the
 // same tag for the same state.
 func (v JobView) ETag() string {
 	var b strings.Builder
@@ -105,6 +126,14 @@ func (v JobView) ETag() string {
 				field(*f)
 			}
 		}
+	}
+	if v.Priority != 0 && v.Priority != pg.DefaultPriority {
+		field("priority")
+		field(strconv.Itoa(v.Priority))
+	}
+	if v.NotBefore != "" {
+		field("notBefore")
+		field(v.NotBefore)
 	}
 	sum := sha256.Sum256([]byte(b.String()))
 	return `W/"` + hex.EncodeToString(sum[:]) + `"`

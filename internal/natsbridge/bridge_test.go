@@ -154,8 +154,8 @@ type crashAfterCommit struct {
 	crashed atomic.Int32
 }
 
-func (c *crashAfterCommit) HandleRequest(ctx context.Context, principal, key string, body []byte) ([]byte, string, error) {
-	reply, code, err := c.inner.HandleRequest(ctx, principal, key, body)
+func (c *crashAfterCommit) HandleRequest(ctx context.Context, req events.Request) ([]byte, string, error) {
+	reply, code, err := c.inner.HandleRequest(ctx, intake.NATSRequest(req))
 	if err == nil && code == "" && c.crashed.CompareAndSwap(0, 1) {
 		return nil, "", errors.New("simulated crash between commit and ack")
 	}

@@ -67,9 +67,12 @@ func newObjectRequests(nc *nats.Conn, records intake.NATSRequests, prefix string
 func (h *objectRequests) IsLongRequest(body []byte) bool { return events.IsObjectRequest(body) }
 
 // HandleRequest implements events.RequestHandler.
-func (h *objectRequests) HandleRequest(ctx context.Context, principal, key string, body []byte) ([]byte, string, error) {
+// An object request's job is a large job, which takes the default priority
+// at once: its PriorityHeader and NotBeforeHeader are not read.
+func (h *objectRequests) HandleRequest(ctx context.Context, r events.Request) ([]byte, string, error) {
+	principal, key, body := r.Principal, r.IdempotencyKey, r.Body
 	if !events.IsObjectRequest(body) {
-		return h.records.HandleRequest(ctx, principal, key, body)
+		return h.records.HandleRequest(ctx, intake.NATSRequest(r))
 	}
 	req, code := events.ParseObjectRequest(body)
 	if code != "" {

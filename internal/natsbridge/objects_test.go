@@ -307,8 +307,8 @@ type crashingHandler struct {
 
 func (c *crashingHandler) IsLongRequest(body []byte) bool { return c.inner.IsLongRequest(body) }
 
-func (c *crashingHandler) HandleRequest(ctx context.Context, principal, key string, body []byte) ([]byte, string, error) {
-	reply, code, err := c.inner.HandleRequest(ctx, principal, key, body)
+func (c *crashingHandler) HandleRequest(ctx context.Context, req events.Request) ([]byte, string, error) {
+	reply, code, err := c.inner.HandleRequest(ctx, req)
 	if err == nil && code == "" {
 		select {
 		case <-c.crashed:
