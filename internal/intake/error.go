@@ -75,8 +75,12 @@ func fromETL(err error) error {
 // storeError classifies a database failure by pg.ErrorClass: a transient
 // one (pg.IsTransient: unreachable, broken connection, timeout, a lost race
 // or a conflicting row that vanished) or a caller that gave up is
-// etl_target_unavailable (retry with the same key and body), anything else
-// etl_internal_error. The cause is kept for errors.Is/As only.
+// etl_target_unavailable (retry with the same key and body); a statement
+// that names what the schema lacks (pg.ClassSchemaMismatch: the schema moved
+// under this binary, as in a migration down while it serves, before its
+// schema gate's next look) is etl_schema_incompatible, the gate's own
+// answer (503, retry after Retry-After); anything else etl_internal_error.
+// The cause is kept for errors.Is/As only.
 func storeError(err error) error {
 	if err == nil {
 		return nil
@@ -87,6 +91,9 @@ func storeError(err error) error {
 	}
 	if pg.IsTransient(err) || pg.ErrorClass(err) == pg.ClassCanceled {
 		return &Error{Code: codes.TargetUnavailable, Index: -1, cause: err}
+	}
+	if pg.ErrorClass(err) == pg.ClassSchemaMismatch {
+		return &Error{Code: codes.SchemaIncompatible, Index: -1, cause: err}
 	}
 	return &Error{Code: codes.InternalError, Index: -1, cause: err}
 }

@@ -39,6 +39,8 @@ func TestStoreErrorAndFlushRetryFollowPGClassification(t *testing.T) {
 		{"unique_violation", pgErr("23505"), codes.InternalError, false},
 		{"check_violation", pgErr("23514"), codes.InternalError, false},
 		{"syntax_error", pgErr("42601"), codes.InternalError, false},
+		{"undefined_column (schema moved)", pgErr("42703"), codes.SchemaIncompatible, false},
+		{"undefined_table (schema moved)", pgErr("42P01"), codes.SchemaIncompatible, false},
 		{"insufficient_privilege", pgErr("42501"), codes.InternalError, false},
 		{"plain error", errors.New("boom"), codes.InternalError, false},
 		{"use-case error passes through", ErrJobNotFound, codes.JobNotFound, false},

@@ -87,7 +87,10 @@ func natsKey(raw string) (string, bool) {
 func natsAnswer(res SubmitResult, err error) ([]byte, string, error) {
 	if err != nil {
 		var e *Error
-		if errors.As(err, &e) && e.Code != codes.TargetUnavailable && e.Code != codes.InternalError {
+		// A failure to retry (redelivered) is no rejection: the database
+		// unavailable, a schema that moved under this binary, or a fault.
+		if errors.As(err, &e) && e.Code != codes.TargetUnavailable && e.Code != codes.InternalError &&
+			e.Code != codes.SchemaIncompatible {
 			return nil, e.Code, nil
 		}
 		return nil, "", err
