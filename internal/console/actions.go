@@ -52,10 +52,15 @@ type BulkCancelPlan struct {
 }
 
 // PlanBulkCancel returns the active jobs (PENDING or RUNNING) matching f,
-// at most BulkCancelCap of them, newest first.
+// at most BulkCancelCap of them, newest first. A priority filter is refused
+// (errBulkPriority): the audit row records the filter, and its CHECK
+// (migration 00020) admits no priority member yet.
 func (c *Console) PlanBulkCancel(ctx context.Context, f Filter) (BulkCancelPlan, error) {
 	if f.Status != pg.StatusPending && f.Status != pg.StatusRunning {
 		return BulkCancelPlan{}, errBulkNeedsActiveState
+	}
+	if f.Priority != 0 {
+		return BulkCancelPlan{}, errBulkPriority
 	}
 	f.Before = nil
 	p := f.params()
@@ -71,7 +76,10 @@ func (c *Console) PlanBulkCancel(ctx context.Context, f Filter) (BulkCancelPlan,
 	return plan, nil
 }
 
-var errBulkNeedsActiveState = errors.New("bulk cancel needs a PENDING or RUNNING state filter")
+var (
+	errBulkNeedsActiveState = errors.New("bulk cancel needs a PENDING or RUNNING state filter")
+	errBulkPriority         = errors.New("bulk cancel does not filter by priority")
+)
 
 // BulkCancel cancels at most confirmed jobs of the plan for f in one
 // statement (pg.OperatorBulkCancelJobs, in job id order) that also writes

@@ -16,10 +16,12 @@ type Filter struct {
 	Status string
 	Kind   string
 	Code   string
-	From   time.Time
-	To     time.Time
-	Before *uuid.UUID
-	Limit  int
+	// Priority is 1..4, or 0 for any.
+	Priority int
+	From     time.Time
+	To       time.Time
+	Before   *uuid.UUID
+	Limit    int
 }
 
 // timeLayouts are the accepted from/to forms: RFC 3339, and the value of
@@ -28,8 +30,9 @@ var timeLayouts = []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T
 
 var errBadFilter = errors.New("invalid filter")
 
-// ParseFilter parses state, kind, code, from, to, before and limit;
-// unknown values are errors (never a silent widening of the filter).
+// ParseFilter parses state, kind, code, priority, from, to, before and
+// limit; unknown values are errors (never a silent widening of the filter).
+// A priority is one of the digits 1..4 (empty: any).
 func ParseFilter(q url.Values) (Filter, error) {
 	f := Filter{Limit: defaultPageLimit}
 	f.Status = strings.TrimSpace(q.Get("state"))
@@ -46,6 +49,13 @@ func ParseFilter(q url.Values) (Filter, error) {
 	}
 	f.Code = strings.TrimSpace(q.Get("code"))
 	if len(f.Code) > 128 || strings.Trim(f.Code, "abcdefghijklmnopqrstuvwxyz0123456789_") != "" {
+		return Filter{}, errBadFilter
+	}
+	switch p := strings.TrimSpace(q.Get("priority")); p {
+	case "":
+	case "1", "2", "3", "4":
+		f.Priority = int(p[0] - '0')
+	default:
 		return Filter{}, errBadFilter
 	}
 	for _, tf := range []struct {
@@ -110,6 +120,9 @@ func (f Filter) Query(keepBefore bool) url.Values {
 	set("state", f.Status)
 	set("kind", f.Kind)
 	set("code", f.Code)
+	if f.Priority != 0 {
+		q.Set("priority", itoa(f.Priority))
+	}
 	if !f.From.IsZero() {
 		q.Set("from", f.From.Format(time.RFC3339))
 	}
@@ -130,6 +143,6 @@ func (f Filter) params() pg.OpsListParams {
 	if limit == 0 {
 		limit = 50
 	}
-	return pg.OpsListParams{Status: f.Status, Kind: f.Kind, FailureCode: f.Code, From: f.From, To: f.To,
-		Before: f.Before, Limit: limit}
+	return pg.OpsListParams{Status: f.Status, Kind: f.Kind, FailureCode: f.Code, Priority: f.Priority,
+		From: f.From, To: f.To, Before: f.Before, Limit: limit}
 }

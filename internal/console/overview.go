@@ -30,6 +30,9 @@ type Overview struct {
 	OutboxOldestAge  float64     `json:"outboxOldestAgeSeconds"`
 	RelayState       string      `json:"relayState"`
 	SoonestExpirySec *float64    `json:"soonestLeaseExpirySeconds,omitempty"`
+	// ClaimableByOwner is the claimable jobs by owner and priority, and the
+	// owners' claim state (claimableOwners).
+	ClaimableByOwner ClaimableOwners `json:"claimableByOwner"`
 	// nextSample is how long until the sampler's next sample is due (the
 	// chart's first rate comes with it when Rates is empty).
 	nextSample time.Duration
@@ -49,8 +52,9 @@ const outboxCap = 100000
 const outcomesScan = 20000
 
 // Overview reads the overview: the active set (claim queue, capped), the
-// last hour's outcomes (capped primary-key walk), the outbox (partial
-// indexes, capped) and the rate samples.
+// claimable jobs by owner (bounded, see pg.OpsClaimableByOwner), the last
+// hour's outcomes (capped primary-key walk), the outbox (partial indexes,
+// capped) and the rate samples.
 func (c *Console) Overview(ctx context.Context) (Overview, error) {
 	active, now, capped, err := pg.OpsActiveJobs(ctx, c.opts.DB)
 	if err != nil {
@@ -87,6 +91,9 @@ func (c *Console) Overview(ctx context.Context) (Overview, error) {
 	}
 	if oldest != nil {
 		o.OldestClaimableAge = now.Sub(*oldest).Seconds()
+	}
+	if o.ClaimableByOwner, err = c.claimableOwners(ctx, now); err != nil {
+		return Overview{}, err
 	}
 	outcomes, ocapped, err := pg.OpsRecentOutcomes(ctx, c.opts.DB, now.Add(-time.Hour), outcomesScan)
 	if err != nil {

@@ -210,6 +210,8 @@ type jobsView struct {
 	BulkURL  string
 	Cap      int
 	States   []string
+	// Priorities are the priority filter's choices.
+	Priorities []int
 }
 
 func (h *pageHandler) jobs(w http.ResponseWriter, r *http.Request) {
@@ -224,7 +226,7 @@ func (h *pageHandler) jobs(w http.ResponseWriter, r *http.Request) {
 	}
 	f, err := ParseFilter(q)
 	if err != nil {
-		h.error(w, r, http.StatusBadRequest, "Bad request", "The filter has an unknown state, kind, code or time.")
+		h.error(w, r, http.StatusBadRequest, "Bad request", "The filter has an unknown state, kind, code, priority or time.")
 		return
 	}
 	page, err := h.c.Jobs(r.Context(), f)
@@ -234,7 +236,8 @@ func (h *pageHandler) jobs(w http.ResponseWriter, r *http.Request) {
 	}
 	v := jobsView{Filter: f, Page: page, Cap: h.c.opts.BulkCancelCap,
 		LiveURL: "/api/ops/jobs?" + f.Query(false).Encode(), BulkURL: "/console/bulk-cancel?" + f.Query(false).Encode(),
-		States: []string{pg.StatusPending, pg.StatusRunning, pg.StatusSucceeded, pg.StatusFailed, pg.StatusCancelled}}
+		States:     []string{pg.StatusPending, pg.StatusRunning, pg.StatusSucceeded, pg.StatusFailed, pg.StatusCancelled},
+		Priorities: []int{1, 2, 3, 4}}
 	if page.Next != nil {
 		nq := f.Query(false)
 		nq.Set("before", page.Next.String())
@@ -459,12 +462,11 @@ type confirmView struct {
 func (h *pageHandler) bulkConfirm(w http.ResponseWriter, r *http.Request) {
 	f, err := ParseFilter(r.URL.Query())
 	if err != nil {
-		h.error(w, r, http.StatusBadRequest, "Bad request", "The filter has an unknown state, kind, code or time.")
+		h.error(w, r, http.StatusBadRequest, "Bad request", "The filter has an unknown state, kind, code, priority or time.")
 		return
 	}
 	plan, err := h.c.PlanBulkCancel(r.Context(), f)
-	if errors.Is(err, errBulkNeedsActiveState) {
-		h.error(w, r, http.StatusBadRequest, "Bad request", "Bulk cancel needs the state filter PENDING or RUNNING.")
+	if h.bulkRefused(w, r, err) {
 		return
 	}
 	if err != nil {
@@ -474,6 +476,19 @@ func (h *pageHandler) bulkConfirm(w http.ResponseWriter, r *http.Request) {
 	h.render(w, r, http.StatusOK, "confirm", "Confirm bulk cancel", confirmView{Filter: f, Query: f.Query(false).Encode(),
 		BackURL: "/console/jobs?" + f.Query(false).Encode(),
 		Count:   len(plan.Jobs), Capped: plan.Capped, Cap: h.c.opts.BulkCancelCap})
+}
+
+// bulkRefused answers 400 when err refuses the bulk filter.
+func (h *pageHandler) bulkRefused(w http.ResponseWriter, r *http.Request, err error) bool {
+	switch {
+	case errors.Is(err, errBulkNeedsActiveState):
+		h.error(w, r, http.StatusBadRequest, "Bad request", "Bulk cancel needs the state filter PENDING or RUNNING.")
+	case errors.Is(err, errBulkPriority):
+		h.error(w, r, http.StatusBadRequest, "Bad request", "Bulk cancel does not filter by priority; clear the priority filter.")
+	default:
+		return false
+	}
+	return true
 }
 
 func (h *pageHandler) bulkCancel(w http.ResponseWriter, r *http.Request) {
@@ -493,8 +508,7 @@ func (h *pageHandler) bulkCancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n, err := h.c.BulkCancel(r.Context(), op, f, confirmed)
-	if errors.Is(err, errBulkNeedsActiveState) {
-		h.error(w, r, http.StatusBadRequest, "Bad request", "Bulk cancel needs the state filter PENDING or RUNNING.")
+	if h.bulkRefused(w, r, err) {
 		return
 	}
 	if err != nil {

@@ -110,6 +110,8 @@ func TestOpenAPIContract(t *testing.T) {
 		{Method: "GET", Path: "/api/ops/jobs?state=FAILED&limit=20", Principal: "operator"},
 		{Method: "GET", Path: "/api/ops/jobs?state=PENDING", Principal: "operator"},
 		{Method: "GET", Path: "/api/ops/jobs?state=BOGUS", Principal: "operator"},
+		{Method: "GET", Path: "/api/ops/jobs?priority=2&state=PENDING", Principal: "operator"},
+		{Method: "GET", Path: "/api/ops/jobs?priority=9", Principal: "operator"},
 		{Method: "GET", Path: "/api/ops/jobs", Principal: "alice"},
 		{Method: "GET", Path: "/api/ops/jobs/" + s.JobRecordID, Principal: "operator"},
 		{Method: "GET", Path: "/api/ops/jobs/" + replayed.JobRecordID, Principal: "operator"},

@@ -80,6 +80,7 @@ type opsJob struct {
 	JobStatus    string    `json:"jobStatus"`
 	JobKind      string    `json:"jobKind"`
 	Owner        string    `json:"owner"`
+	Priority     int       `json:"priority"`
 	AttemptCount int       `json:"attemptCount"`
 	MaxAttempts  int       `json:"maxAttempts"`
 	Code         string    `json:"code,omitempty"`
@@ -90,7 +91,7 @@ type opsJob struct {
 
 func toOpsJob(j pg.OpsJob) opsJob {
 	o := opsJob{JobRecordID: j.JobID.String(), JobStatus: j.Status, JobKind: j.Kind, Owner: j.Owner,
-		AttemptCount: j.AttemptCount, MaxAttempts: j.MaxAttempts, CreatedAt: j.CreatedAt.UTC(),
+		Priority: j.Priority, AttemptCount: j.AttemptCount, MaxAttempts: j.MaxAttempts, CreatedAt: j.CreatedAt.UTC(),
 		UpdatedAt: j.UpdatedAt.UTC(), AvailableAt: j.AvailableAt.UTC()}
 	switch {
 	case j.FailureCode != nil:

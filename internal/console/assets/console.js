@@ -119,6 +119,7 @@
         tr.appendChild(td);
         tr.appendChild(text("td", j.jobKind));
         td = document.createElement("td"); td.appendChild(text("code", j.owner)); tr.appendChild(td);
+        tr.appendChild(text("td", String(j.priority), "num"));
         tr.appendChild(text("td", j.attemptCount + " / " + j.maxAttempts));
         td = document.createElement("td");
         td.className = "code";
@@ -133,7 +134,7 @@
       });
       if (!data.jobs || data.jobs.length === 0) {
         var tr = document.createElement("tr");
-        var td = text("td", "No job matches."); td.colSpan = 8; tr.appendChild(td); rows.appendChild(tr);
+        var td = text("td", "No job matches."); td.colSpan = 9; tr.appendChild(td); rows.appendChild(tr);
       }
       body.replaceChildren(rows);
     };
