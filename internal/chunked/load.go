@@ -46,8 +46,12 @@ type Config struct {
 
 // Hooks pause a Loader at exact points (tests); nil fields do nothing.
 type Hooks struct {
-	// InChunkTx runs inside each chunk transaction after its fenced
-	// statement locked the job row and its rows were written, before the
+	// BeforeFence runs inside each chunk transaction after its rows were
+	// written, before its fenced statement: the job row is not locked yet.
+	// chunk is as for InChunkTx.
+	BeforeFence func(ctx context.Context, chunk int64)
+	// InChunkTx runs inside each chunk transaction after its rows were
+	// written and its fenced statement locked the job row, before the
 	// checkpoint statement and the commit. chunk is the 1-based number of
 	// the chunk this attempt commits (chunks_done + 1).
 	InChunkTx func(ctx context.Context, chunk int64)
@@ -354,16 +358,19 @@ const insertBadRecordsSQL = `
 INSERT INTO etl_chunked_load_bad_records (job_record_id, record_number, error_code)
 SELECT $1, b.record_number, b.error_code FROM unnest($2::bigint[], $3::text[]) AS b(record_number, error_code)`
 
-// commitOnce is one chunk transaction: the fenced lock of the exact lease
-// first (zero rows: lost, nothing written), the rows by COPY, the skipped
-// records, then the checkpoint under the exact lease again, then commit.
+// commitOnce is one chunk transaction: the rows by COPY and the skipped
+// records, then the fenced lock of the exact lease (zero rows: lost, the
+// transaction rolls back and nothing is written), then the checkpoint under
+// the exact lease again, then commit. The fence comes last so that the job
+// row is locked only for the checkpoint and the commit, not through the
+// COPY: renewal, which skips a locked row (busy) rather than wait, finds it
+// free almost always even when the chunks follow each other without a gap,
+// and what the fence protects (no claim, cancellation or renewal of the row
+// between the lease's check and the commit) is the same.
 func (l *Loader) commitOnce(ctx context.Context, ref lease.Ref, from, to lease.Checkpoint, c *chunk) error {
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.StatementTimeout)
 	defer cancel()
 	return pg.WithTx(ctx, l.db, func(tx pgx.Tx) error {
-		if err := lease.FenceChunk(ctx, tx, ref); err != nil {
-			return err
-		}
 		if err := c.rows.Load(ctx, tx); err != nil {
 			return err
 		}
@@ -371,6 +378,12 @@ func (l *Loader) commitOnce(ctx context.Context, ref lease.Ref, from, to lease.C
 			if _, err := tx.Exec(ctx, insertBadRecordsSQL, ref.JobID, c.badNums, c.badCodes); err != nil {
 				return fmt.Errorf("insert bad records: %w", err)
 			}
+		}
+		if l.Hooks.BeforeFence != nil {
+			l.Hooks.BeforeFence(ctx, to.ChunksDone)
+		}
+		if err := lease.FenceChunk(ctx, tx, ref); err != nil {
+			return err
 		}
 		if l.Hooks.InChunkTx != nil {
 			l.Hooks.InChunkTx(ctx, to.ChunksDone)

@@ -516,3 +516,105 @@ func TestReadAheadErrorEndsAfterTheChunksBeforeIt(t *testing.T) {
 		t.Fatalf("after the error: %+v, want chunks 1 and 2 only", l)
 	}
 }
+
+// The job row is locked only from a chunk's fence to its commit, not while
+// its rows are copied: a renewal during the copy renews the lease, one
+// after the fence finds the row busy (neither renewed nor lost). Chunks that
+// follow each other without a gap (the next one is read meanwhile) so leave
+// renewal a chance at every chunk instead of starving it until the lease
+// runs out.
+func TestRenewalDuringAChunkCopyIsNotStarved(t *testing.T) {
+	db, url := pgtest.NewDatabase(t)
+	other := pgtest.NewPool(t, url, 2)
+	ctx := context.Background()
+	const n = 12
+	job, _ := pgtest.InsertChunkedUpload(t, db, pgtest.ChunkedUpload{Parts: parts(payload(chunked.FormatJSONL, n), 2)})
+	c := claimOne(t, db, "worker-a-0001", time.Minute)
+	renew := func() lease.Renewal {
+		res, err := lease.Renew(ctx, other, c.OwnerID, []lease.Ref{c.Ref}, 2*time.Minute)
+		if err != nil {
+			t.Error(err)
+			return lease.Renewal{}
+		}
+		return res[0]
+	}
+	ld := newLoader(db, 4)
+	var during, locked []lease.Renewal
+	ld.Hooks.BeforeFence = func(context.Context, int64) { during = append(during, renew()) }
+	ld.Hooks.InChunkTx = func(context.Context, int64) { locked = append(locked, renew()) }
+	if err := ld.Load(ctx, c.Ref); err != nil {
+		t.Fatal(err)
+	}
+	if len(during) != 3 || len(locked) != 3 {
+		t.Fatalf("hooks ran %d and %d times, want 3 each", len(during), len(locked))
+	}
+	for i := range during {
+		if !during[i].Renewed || during[i].Busy {
+			t.Fatalf("chunk %d: renewal during the copy %+v, want renewed", i+1, during[i])
+		}
+		if locked[i].Renewed || !locked[i].Busy {
+			t.Fatalf("chunk %d: renewal after the fence %+v, want busy", i+1, locked[i])
+		}
+	}
+	if err := lease.SucceedChunked(ctx, db, c.Ref); err != nil {
+		t.Fatal(err)
+	}
+	if l := readLoad(t, db, job); l.visible != n || l.distinct != n {
+		t.Fatalf("%+v", l)
+	}
+}
+
+// What happens to the job while a chunk copies its rows (the row not yet
+// locked) decides that chunk at its fence: a claim that took the expired
+// lease, or a cancellation, committed meanwhile; the chunk then commits
+// nothing, and a new claimant resumes after the last committed chunk.
+func TestClaimOrCancelDuringAChunkCopyCommitsNothingOfIt(t *testing.T) {
+	for _, what := range []string{"claim", "cancel"} {
+		t.Run(what, func(t *testing.T) {
+			db, url := pgtest.NewDatabase(t)
+			other := pgtest.NewPool(t, url, 2)
+			ctx := context.Background()
+			const n = 12
+			job, _ := pgtest.InsertChunkedUpload(t, db, pgtest.ChunkedUpload{Parts: parts(payload(chunked.FormatJSONL, n), 2)})
+			a := claimOne(t, db, "worker-a-0001", time.Minute)
+			ld := newLoader(db, 5)
+			var b lease.Claim
+			ld.Hooks.BeforeFence = func(_ context.Context, chunk int64) {
+				if chunk != 2 {
+					return
+				}
+				if what == "cancel" {
+					out, err := pg.CancelJob(ctx, other, pg.CancelParams{PrincipalScopeHash: pgtest.SHA(pgtest.DefaultFixtureOwner),
+						JobID: job, CancellationKeyHash: pgtest.SHA("cancel")})
+					if err != nil || !out.Cancelled {
+						t.Errorf("cancel during the copy: %+v %v", out, err)
+					}
+					return
+				}
+				pgtest.ExpireChunkedLease(t, other, job, time.Millisecond)
+				b = claimOne(t, other, "worker-b-0001", time.Minute)
+			}
+			if err := ld.Load(ctx, a.Ref); !errors.Is(err, lease.ErrLost) {
+				t.Fatalf("load: %v, want lease.ErrLost", err)
+			}
+			if l := readLoad(t, db, job); l.chunks != 1 || l.rows != 5 || l.nextRec != 6 {
+				t.Fatalf("after the lost chunk: %+v, want only chunk 1", l)
+			}
+			if what == "cancel" {
+				if st, _ := jobStatus(t, db, job); st != pg.StatusCancelled {
+					t.Fatalf("job %s", st)
+				}
+				return
+			}
+			if err := newLoader(db, 5).Load(ctx, b.Ref); err != nil {
+				t.Fatal(err)
+			}
+			if err := lease.SucceedChunked(ctx, db, b.Ref); err != nil {
+				t.Fatal(err)
+			}
+			if l := readLoad(t, db, job); l.rows != n || l.distinct != n || l.visible != n {
+				t.Fatalf("after resume: %+v", l)
+			}
+		})
+	}
+}

@@ -135,12 +135,18 @@ func ClaimChunkedJobs(ctx context.Context, db pg.DBTX, p ClaimParams) (ClaimResu
 	return res, nil
 }
 
-// fenceChunkSQL is the first statement of every chunk transaction: the whole
-// exact lease (design.md invariant 2), by the database clock, locking the
-// job row FOR NO KEY UPDATE until the chunk commits or rolls back. While it
-// is held, no claim can take the job (claims skip locked rows), a
-// cancellation waits for the chunk and then finds the new checkpoint, and
-// renewal skips the row and reports the claim busy, not lost.
+// fenceChunkSQL is the fenced statement of every chunk transaction, after
+// its rows were written and before its checkpoint: the whole exact lease
+// (design.md invariant 2), by the database clock, locking the job row FOR NO
+// KEY UPDATE until the chunk commits or rolls back. While it is held, no
+// claim can take the job (claims skip locked rows), a cancellation waits for
+// the chunk's commit and then finds the new checkpoint, and renewal skips
+// the row and reports the claim busy, not lost; a cancellation or a claim
+// that committed before it makes it match nothing, and the chunk's rows roll
+// back. (It comes after the rows so that the row is locked only for the
+// checkpoint and the commit: chunks that follow each other without a gap
+// would otherwise hold it nearly all the time, and renewal, which never
+// waits, would find it busy at every try until the lease ran out.)
 const fenceChunkSQL = `SELECT 1 FROM etl_job_records
     WHERE ` + exactLease + `
     FOR NO KEY UPDATE`
