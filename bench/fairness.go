@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/pg"
@@ -293,21 +295,21 @@ func (h *harness) insertOwnerJobs(ctx context.Context, scopes []string, counts [
 
 // watchClaims creates bench_claims and the trigger that fills it: one row
 // per PENDING -> RUNNING transition of a job row (of the owner watch, a
-// scope hash in hex, when set), with the job's owner slot, its available_at
-// and the claim's time by the database clock (lease_expires_at minus the
-// lease, as the claim set it from its clock_timestamp()). With olderOf set
-// (an owner slot) each row also records whether that owner still had a
-// claimable job older than the claimed one (the claim's index, one
-// descent). Bench database only; no product code changes.
-func (h *harness) watchClaims(ctx context.Context, watch string, olderOf *int64) error {
-	older := "NULL"
-	if olderOf != nil {
-		older = fmt.Sprintf(`EXISTS (SELECT 1 FROM etl_job_claim_queue q
-            WHERE q.owner_slot = %d AND q.priority = %d AND q.claimable_at < OLD.available_at)`, *olderOf, pg.DefaultPriority)
-	}
+// scope hash in hex, and the job also, when set; of every job when watch is
+// empty), with the job's owner slot, its available_at, the claim's time by
+// the database clock (lease_expires_at minus the lease, as the claim set it
+// from its clock_timestamp()) and the claim's transaction. The trigger only
+// inserts a row (a probe of the queue in it, run once per claimed job,
+// walked the dead index entries of a drained backlog each time and made the
+// claims time out). Bench database only; no product code changes.
+func (h *harness) watchClaims(ctx context.Context, watch string, also *uuid.UUID) error {
 	when := "OLD.job_status = 'PENDING' AND NEW.job_status = 'RUNNING'"
 	if watch != "" {
-		when += ` AND NEW.principal_scope_hash = '\x` + watch + `'::bytea`
+		or := ""
+		if also != nil {
+			or = " OR NEW.job_record_id = '" + also.String() + "'::uuid"
+		}
+		when += ` AND (NEW.principal_scope_hash = '\x` + watch + `'::bytea` + or + `)`
 	}
 	sql := `
 CREATE UNLOGGED TABLE bench_claims (
@@ -315,12 +317,12 @@ CREATE UNLOGGED TABLE bench_claims (
     owner_slot    bigint      NOT NULL,
     available_at  timestamptz NOT NULL,
     claimed_at    timestamptz NOT NULL,
-    older_waiting boolean
+    xact          bigint      NOT NULL
 );
 CREATE FUNCTION bench_record_claim() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO bench_claims VALUES (NEW.job_record_id, ` + pg.OwnerSlotOf("NEW.principal_scope_hash") + `,
-        OLD.available_at, NEW.lease_expires_at - interval '` + strconv.Itoa(int(fairLease.Seconds())) + ` seconds', ` + older + `);
+        OLD.available_at, NEW.lease_expires_at - interval '` + strconv.Itoa(int(fairLease.Seconds())) + ` seconds', txid_current());
     RETURN NULL;
 END $$;
 CREATE TRIGGER bench_record_claim AFTER UPDATE ON etl_job_records FOR EACH ROW
@@ -397,6 +399,10 @@ func (h *harness) heavyLightRun(ctx context.Context, name string, backlog, co in
 	}
 	a, b := ownerScope("A"), ownerScope("B")
 	aSlot, bSlot := ownerSlotOf(a), ownerSlotOf(b)
+	// A's youngest job: both claims take an owner's jobs oldest first, so
+	// its claim is when A's backlog ran out, and every A job is older than
+	// every B job.
+	var aLast *uuid.UUID
 	if backlog > 0 {
 		t0 := time.Now()
 		if err := h.insertOwnerJobs(ctx, []string{a}, []int{backlog}, diagPayload(o.ADuration)); err != nil {
@@ -404,8 +410,14 @@ func (h *harness) heavyLightRun(ctx context.Context, name string, backlog, co in
 		}
 		res.Settings["a_insert"] = fmt.Sprintf("SQL in the shape pg.InsertJobs writes (owner slot, priority 2, etl_claim_owners), statements of 250,000, then VACUUM ANALYZE, no worker running: %.1f s",
 			time.Since(t0).Seconds())
+		var id uuid.UUID
+		if err := h.pool.QueryRow(ctx, `SELECT job_record_id FROM etl_job_claim_queue WHERE owner_slot = $1 AND priority = $2
+			ORDER BY claimable_at DESC, job_record_id DESC LIMIT 1`, aSlot, pg.DefaultPriority).Scan(&id); err != nil {
+			return res, fmt.Errorf("find A's youngest job: %w", err)
+		}
+		aLast = &id
 	}
-	if err := h.watchClaims(ctx, b, &aSlot); err != nil {
+	if err := h.watchClaims(ctx, b, aLast); err != nil {
 		return res, err
 	}
 	fn, err := h.fleetNATS()
@@ -461,16 +473,22 @@ func (h *harness) heavyLightRun(ctx context.Context, name string, backlog, co in
 	}); err != nil {
 		return res, err
 	}
-	// When A's backlog ran out (its last job's finish, by the database
-	// clock), if it did while B submitted: B's jobs submitted before it
-	// waited beside the backlog.
-	var drained *time.Time
-	if backlog > 0 && aLeft == 0 {
-		if err := h.pool.QueryRow(ctx, `SELECT max(updated_at) FROM etl_job_records WHERE principal_scope_hash = $1`, mustHex(a)).Scan(&drained); err != nil {
-			return res, fmt.Errorf("read A's drain time: %w", err)
+	// When A's backlog ran out: the claim of its youngest job (none yet:
+	// after every B job's claim).
+	var drainedAt *time.Time
+	var drainedXact int64
+	if aLast != nil {
+		var at time.Time
+		err := h.pool.QueryRow(ctx, `SELECT claimed_at, xact FROM bench_claims WHERE job_record_id = $1`, *aLast).Scan(&at, &drainedXact)
+		switch {
+		case err == nil:
+			drainedAt = &at
+		case errors.Is(err, pgx.ErrNoRows):
+		default:
+			return res, fmt.Errorf("read A's last claim: %w", err)
 		}
 	}
-	rows, err := h.pool.Query(ctx, `SELECT available_at, claimed_at, coalesce(older_waiting, false) FROM bench_claims WHERE owner_slot = $1`, bSlot)
+	rows, err := h.pool.Query(ctx, `SELECT available_at, claimed_at, xact FROM bench_claims WHERE owner_slot = $1`, bSlot)
 	if err != nil {
 		return res, err
 	}
@@ -479,17 +497,20 @@ func (h *harness) heavyLightRun(ctx context.Context, name string, backlog, co in
 	var first time.Time
 	for rows.Next() {
 		var avail, claimed time.Time
-		var older bool
-		if err := rows.Scan(&avail, &claimed, &older); err != nil {
+		var xact int64
+		if err := rows.Scan(&avail, &claimed, &xact); err != nil {
 			rows.Close()
 			return res, err
 		}
 		d := max(claimed.Sub(avail), 0)
 		all = append(all, d)
-		if drained == nil || avail.Before(*drained) {
+		// Submitted while A still had jobs waiting (all older than it).
+		if drainedAt == nil || avail.Before(*drainedAt) {
 			under = append(under, d)
 		}
-		if older {
+		// Claimed by an earlier claim than A's last job's: ahead of A's
+		// older jobs.
+		if aLast != nil && (drainedAt == nil || (xact != drainedXact && claimed.Before(*drainedAt))) {
 			ahead++
 		}
 		if first.IsZero() || avail.Before(first) {
@@ -502,21 +523,16 @@ func (h *harness) heavyLightRun(ctx context.Context, name string, backlog, co in
 	}
 	percentiles("b_pickup", all, res.Metrics)
 	res.Metrics["b_jobs"] = float64(n)
-	res.Metrics["b_claimed_ahead_of_older_a_jobs"] = float64(ahead)
+	res.Metrics["b_claimed_before_a_drained"] = float64(ahead)
 	if backlog > 0 {
 		percentiles("b_pickup_beside_backlog", under, res.Metrics)
-		if drained != nil {
-			res.Metrics["a_drained_after_first_b_s"] = drained.Sub(first).Seconds()
-			res.Notes = append(res.Notes, fmt.Sprintf("A's backlog ran out %.1f s after B's first job: b_pickup_beside_backlog counts B's %d jobs submitted before",
-				drained.Sub(first).Seconds(), len(under)))
+		if drainedAt != nil {
+			res.Metrics["a_drained_after_first_b_s"] = drainedAt.Sub(first).Seconds()
+			res.Notes = append(res.Notes, fmt.Sprintf("A's backlog ran out (its last job claimed) %.1f s after B's first job: b_pickup_beside_backlog counts B's %d jobs submitted before",
+				drainedAt.Sub(first).Seconds(), len(under)))
 		}
 	}
 	return res, nil
-}
-
-func mustHex(s string) []byte {
-	b, _ := hex.DecodeString(s)
-	return b
 }
 
 // heavyLightSummary is B's p50/p99 beside the backlog against the empty

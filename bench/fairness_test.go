@@ -78,14 +78,14 @@ func TestFairnessSmoke(t *testing.T) {
 		case "heavy-light/backlog/" + claimOwnersName(0):
 			positive("b_pickup_p99_ms", "b_pickup_beside_backlog_p99_ms")
 			// First-come first-served: B's jobs wait behind every older one.
-			if m["b_claimed_ahead_of_older_a_jobs"] != 0 {
-				t.Errorf("%s: %v of B's jobs claimed while older A jobs waited, want 0", r.Variant, m["b_claimed_ahead_of_older_a_jobs"])
+			if m["b_claimed_before_a_drained"] != 0 {
+				t.Errorf("%s: %v of B's jobs claimed while older A jobs waited, want 0", r.Variant, m["b_claimed_before_a_drained"])
 			}
 		case "heavy-light/backlog/" + claimOwnersName(32):
 			positive("b_pickup_p99_ms", "a_left_at_b_end")
-			if m["b_claimed_ahead_of_older_a_jobs"] != 5 || m["b_pickup_beside_backlog_samples"] != 5 {
+			if m["b_claimed_before_a_drained"] != 5 || m["b_pickup_beside_backlog_samples"] != 5 {
 				t.Errorf("%s: %v of B's 5 jobs claimed ahead of A's older jobs (%v beside the backlog), want all", r.Variant,
-					m["b_claimed_ahead_of_older_a_jobs"], m["b_pickup_beside_backlog_samples"])
+					m["b_claimed_before_a_drained"], m["b_pickup_beside_backlog_samples"])
 			}
 		case "heavy-light/summary":
 			positive("b_p99_ratio_claim_owners_32_vs_empty", "b_p99_ratio_claim_owners_0_vs_empty")
