@@ -11,10 +11,10 @@ import (
 
 // The overview's claimable jobs by owner and priority (issue 33, item 5).
 // Every read is bounded whatever the queue holds:
-//   - the exact pass reads at most OpsOwnersParams.ExactLimit + 1 claimable
-//     rows of etl_job_claim_queue through its eligibility index (claimable
-//     order, as the claims walk it); when the claimable set fits, every
-//     count is exact;
+//   - the exact pass first counts at most OpsOwnersParams.ExactLimit + 1
+//     claimable entries of etl_job_claim_queue's eligibility index (index
+//     only: no queue row is read); when the claimable set fits, it reads
+//     those rows (at most ExactLimit) and every count is exact;
 //   - otherwise the counts are estimated from a page sample of the queue
 //     (TABLESAMPLE SYSTEM over about OpsOwnersParams.SamplePages pages,
 //     each count scaled by the inverse of the sampled fraction);
@@ -137,6 +137,15 @@ type ClaimableByOwner struct {
 	ClaimOwners ClaimOwnerTotals
 }
 
+// opsClaimableCountSQL counts at most $2 claimable entries of the claim
+// queue's eligibility index (claimable_at up to $1): an index-only scan
+// (heap visits only for pages not all-visible), bounded by the LIMIT.
+const opsClaimableCountSQL = `
+SELECT count(*) FROM (SELECT 1 FROM etl_job_claim_queue q
+                      WHERE q.claimable_at <= $1
+                      ORDER BY q.claimable_at
+                      LIMIT $2) h`
+
 // opsClaimableHeadSQL reads at most $2 claimable rows of the claim queue in
 // claimable order (etl_job_claim_queue_eligibility_index, claimable_at up
 // to $1, the caller's database clock) and counts them by owner slot and
@@ -230,9 +239,20 @@ func OpsClaimableByOwner(ctx context.Context, db DBTX, p OpsOwnersParams) (Claim
 	p.OwnersCap = cmp.Or(max(p.OwnersCap, 0), OpsOwnersCap)
 	out := ClaimableByOwner{DatabaseNow: p.Now, ExactLimit: p.ExactLimit}
 
-	groups, total, err := claimableGroups(ctx, db, opsClaimableHeadSQL, p.Now, p.ExactLimit+1)
-	if err != nil {
-		return ClaimableByOwner{}, err
+	var (
+		groups []claimableGroup
+		total  int64
+		err    error
+	)
+	if err := db.QueryRow(ctx, opsClaimableCountSQL, p.Now, p.ExactLimit+1).Scan(&total); err != nil {
+		return ClaimableByOwner{}, fmt.Errorf("ops claimable by owner: count: %w", err)
+	}
+	if total <= int64(p.ExactLimit) {
+		// Jobs queued between the two reads may pass ExactLimit: the
+		// estimate is then made, as if the count had found them.
+		if groups, total, err = claimableGroups(ctx, db, opsClaimableHeadSQL, p.Now, p.ExactLimit+1); err != nil {
+			return ClaimableByOwner{}, err
+		}
 	}
 	scale := 1.0
 	if total > int64(p.ExactLimit) {

@@ -2,7 +2,10 @@ package pg_test
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -264,7 +267,8 @@ func queueNodes(t *testing.T, pool *pgxpool.Pool, table, sql string, args ...any
 
 // TestOpsClaimableByOwnerIsBounded pins the plans of the overview's owner
 // reads on 100,000 queued rows over 1,000 owners by EXPLAIN ANALYZE: the
-// exact pass walks the eligibility index and stops at its limit, the
+// exact pass counts on the eligibility index alone and reads rows through
+// it, each stopping at its limit, the
 // estimate reads a page sample, the shown owners' oldest times are one
 // index-only descent per owner and priority, and the claim owners' counts
 // stop at their cap. The row counts are exact, so the test is
@@ -276,7 +280,13 @@ func TestOpsClaimableByOwnerIsBounded(t *testing.T) {
 	now := dbNow(t, pool)
 	const queue = "etl_job_claim_queue"
 
-	nodes, rows, _ := queueNodes(t, pool, queue, pg.OpsClaimableHeadSQL, now, pg.OpsOwnersExactLimit+1)
+	nodes, rows, _ := queueNodes(t, pool, queue, pg.OpsClaimableCountSQL, now, pg.OpsOwnersExactLimit+1)
+	if !slices.Equal(nodes, []string{"Index Only Scan etl_job_claim_queue_eligibility_index"}) || rows > pg.OpsOwnersExactLimit+1 {
+		t.Errorf("exact count: %v, %.0f rows; want the eligibility index alone, at most %d rows", nodes, rows, pg.OpsOwnersExactLimit+1)
+	}
+	t.Logf("exact count: %v, %.0f rows", nodes, rows)
+
+	nodes, rows, _ = queueNodes(t, pool, queue, pg.OpsClaimableHeadSQL, now, pg.OpsOwnersExactLimit+1)
 	if !slices.Equal(nodes, []string{"Index Scan etl_job_claim_queue_eligibility_index"}) || rows > pg.OpsOwnersExactLimit+1 {
 		t.Errorf("exact pass: %v, %.0f rows; want the eligibility index, at most %d rows", nodes, rows, pg.OpsOwnersExactLimit+1)
 	}
@@ -421,4 +431,43 @@ func TestIntakeRoleReadsClaimableByOwner(t *testing.T) {
 	assertDenied(t, ip, "mightyetl_intake_role", map[string]string{
 		"read the claim queue's job ids": `SELECT job_record_id FROM etl_job_claim_queue`,
 	})
+}
+
+// BenchmarkOpsClaimableByOwner measures the overview's owner read on
+// MIGHTYETL_CONSOLE_BENCH_ROWS queued rows (default 1,000,000; 90%
+// claimable, so the counts are estimated) over 10,000 owners and reports
+// p50 and p99:
+//
+//	go test -run '^$' -bench BenchmarkOpsClaimableByOwner -benchtime 100x ./internal/pg/
+func BenchmarkOpsClaimableByOwner(b *testing.B) {
+	rows := 1000000
+	if v := os.Getenv("MIGHTYETL_CONSOLE_BENCH_ROWS"); v != "" {
+		var err error
+		if rows, err = strconv.Atoi(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	pool, _ := pgtest.NewDatabase(b)
+	seedQueue(b, pool, rows, 10000, false)
+	ctx := context.Background()
+	var d []time.Duration
+	var last pg.ClaimableByOwner
+	for b.Loop() {
+		start := time.Now()
+		var now time.Time
+		if err := pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
+			b.Fatal(err)
+		}
+		r, err := pg.OpsClaimableByOwner(ctx, pool, pg.OpsOwnersParams{Now: now})
+		if err != nil {
+			b.Fatal(err)
+		}
+		d, last = append(d, time.Since(start)), r
+	}
+	slices.Sort(d)
+	pct := func(q float64) float64 { return float64(d[int(q*float64(len(d)-1))].Microseconds()) / 1000 }
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	fmt.Fprintf(os.Stderr, "claimable by owner at %d queued rows, 10,000 owners: p50 %.2f ms, p99 %.2f ms (%d runs; estimated %v, %.3g%% sampled, %d claimable)\n",
+		rows, pct(0.5), pct(0.99), len(d), last.Estimated, last.SampledPercent, last.Claimable)
 }
