@@ -50,6 +50,13 @@ type Job struct {
 	// Progress is a chunked job's loading progress (a job submitted by
 	// Upload or SubmitUpload); nil for other jobs.
 	Progress *Progress `json:"progress,omitempty"`
+	// Priority is the job's priority, 1 (highest) .. 4 (lowest); 2 unless
+	// its submission or replay set one (WithPriority).
+	Priority int `json:"priority,omitempty"`
+	// NotBefore is set only while the job is PENDING and may not be claimed
+	// before that time, by the service's database clock when it answered: a
+	// scheduled job (WithNotBefore), or a retry waiting out its backoff.
+	NotBefore *time.Time `json:"notBefore,omitempty"`
 	// ETag is the representation's entity tag ("" in list pages); Get and
 	// Wait use it for conditional requests.
 	ETag string `json:"-"`
@@ -95,6 +102,12 @@ type Submission struct {
 	Replayed bool `json:"idempotencyReplayed"`
 	// UploadID is, for a job submitted by Upload, the upload it was made of.
 	UploadID string `json:"uploadId,omitempty"`
+	// Priority is the job's priority (Job.Priority); zero when the answer
+	// did not carry one.
+	Priority int `json:"priority,omitempty"`
+	// NotBefore is the job's notBefore when the answer was made
+	// (Job.NotBefore).
+	NotBefore *time.Time `json:"notBefore,omitempty"`
 }
 
 // Cancellation is the answer to Cancel: the job, now CANCELLED.
@@ -135,6 +148,8 @@ type DiagnosticRequest struct {
 type ListOptions struct {
 	// Status filters by state; empty lists every state.
 	Status Status
+	// Priority filters by priority, 1..4; zero lists every priority.
+	Priority int
 	// Limit is the page size, 1..100; zero means the service default (50).
 	Limit int
 	// Cursor is the NextCursor of the previous page; empty starts at the
@@ -155,39 +170,47 @@ const jobsPath = "/api/etl/jobs"
 // "id", as a durable ETL job (POST /api/etl/jobs). records is sent byte for
 // byte; keep it to Replay the job later. An empty key sends a generated one
 // (Submission.Key). Submitting the same bytes with the same key again
-// answers the same job with Replayed true; other bytes with the same key
-// are CodeSubmissionKeyReused.
-func (c *Client) Submit(ctx context.Context, records []byte, key string) (*Submission, error) {
-	return c.submit(ctx, jobsPath, records, key)
+// answers the same job with Replayed true (with the first submission's
+// priority and notBefore, whatever opts say); other bytes with the same key
+// are CodeSubmissionKeyReused. opts set the job's priority (WithPriority)
+// and the earliest time it may run (WithNotBefore).
+func (c *Client) Submit(ctx context.Context, records []byte, key string, opts ...SubmitOption) (*Submission, error) {
+	return c.submit(ctx, jobsPath, records, key, opts)
 }
 
 // SubmitDiagnostic submits a diagnostic job (POST /api/etl/diagnostic-jobs,
 // served only when the service sets MIGHTYETL_DIAGNOSTIC_JOBS_ENABLED=true;
-// otherwise CodeRouteNotFound). Key as for Submit.
-func (c *Client) SubmitDiagnostic(ctx context.Context, req DiagnosticRequest, key string) (*Submission, error) {
+// otherwise CodeRouteNotFound). Key and opts as for Submit.
+func (c *Client) SubmitDiagnostic(ctx context.Context, req DiagnosticRequest, key string, opts ...SubmitOption) (*Submission, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, fmt.Errorf("mightyetl: encode diagnostic request: %w", err)
 	}
-	return c.submit(ctx, "/api/etl/diagnostic-jobs", body, key)
+	return c.submit(ctx, "/api/etl/diagnostic-jobs", body, key, opts)
 }
 
 // Replay creates a new PENDING job from the caller's FAILED or CANCELLED
 // job id (POST /api/etl/jobs/{id}/replays). records must be the source's
 // original payload, byte for byte (CodeReplayPayloadMismatch otherwise).
 // Key as for Submit: the same key, source and body answer the same new job.
-func (c *Client) Replay(ctx context.Context, id string, records []byte, key string) (*Submission, error) {
-	return c.submit(ctx, jobPath(id)+"/replays", records, key)
+// Without WithPriority the new job takes the source's priority; without
+// WithNotBefore it may run at once.
+func (c *Client) Replay(ctx context.Context, id string, records []byte, key string, opts ...SubmitOption) (*Submission, error) {
+	return c.submit(ctx, jobPath(id)+"/replays", records, key, opts)
 }
 
-func (c *Client) submit(ctx context.Context, path string, body []byte, key string) (*Submission, error) {
+func (c *Client) submit(ctx context.Context, path string, body []byte, key string, opts []SubmitOption) (*Submission, error) {
+	sch, perr := scheduleOf(opts)
+	if perr != nil {
+		return nil, perr
+	}
 	if body == nil {
 		body = []byte{}
 	}
 	if key == "" {
 		key = NewKey()
 	}
-	res, err := c.do(ctx, call{method: http.MethodPost, path: path, key: key, body: body})
+	res, err := c.do(ctx, call{method: http.MethodPost, path: path, key: key, body: body, header: sch.httpHeader()})
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +318,8 @@ func (c *Client) Watch(ctx context.Context, id string, seen func(*Job)) (*Job, e
 
 // List returns one page of the caller's jobs, newest first (GET
 // /api/etl/jobs). Bad options are answered CodeInvalidPageLimit,
-// CodeInvalidPageCursor or CodeInvalidStatusFilter.
+// CodeInvalidPageCursor, CodeInvalidStatusFilter or
+// CodeInvalidPriorityFilter.
 func (c *Client) List(ctx context.Context, o ListOptions) (*Page, error) {
 	q := url.Values{}
 	if o.Limit != 0 {
@@ -306,6 +330,9 @@ func (c *Client) List(ctx context.Context, o ListOptions) (*Page, error) {
 	}
 	if o.Status != "" {
 		q.Set("status", string(o.Status))
+	}
+	if o.Priority != 0 {
+		q.Set("priority", strconv.Itoa(o.Priority))
 	}
 	path := jobsPath
 	if len(q) > 0 {

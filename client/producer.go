@@ -100,16 +100,22 @@ type Published struct {
 // same key and bytes converge on one job. Use PublishAndWait for the answer.
 // A request larger than the payload limit is CodePayloadTooLarge, and a key
 // the intake would refuse is CodeInvalidIdempotencyKey (see keyProblem);
-// neither is published.
-func (p *Producer) Publish(ctx context.Context, records []byte, key string) (*Published, error) {
-	return p.publish(ctx, records, key, "")
+// neither is published. opts set the job's priority and earliest start
+// (WithPriority, WithNotBefore: PriorityHeader and NotBeforeHeader on the
+// message); a priority outside 1..4 is CodeInvalidPriority, not published.
+func (p *Producer) Publish(ctx context.Context, records []byte, key string, opts ...SubmitOption) (*Published, error) {
+	return p.publish(ctx, records, key, "", opts)
 }
 
-func (p *Producer) publish(ctx context.Context, records []byte, key, replyTo string) (*Published, error) {
+func (p *Producer) publish(ctx context.Context, records []byte, key, replyTo string, opts []SubmitOption) (*Published, error) {
 	if key == "" {
 		key = NewKey()
 	}
 	if e := keyProblem(key); e != nil {
+		return nil, e
+	}
+	sch, e := scheduleOf(opts)
+	if e != nil {
 		return nil, e
 	}
 	limit := p.o.MaxPayloadBytes
@@ -124,6 +130,13 @@ func (p *Producer) publish(ctx context.Context, records []byte, key, replyTo str
 	msg.Header.Set(IdempotencyKeyHeader, key)
 	if replyTo != "" {
 		msg.Header.Set(ReplyToHeader, replyTo)
+	}
+	priority, notBefore := sch.values()
+	if priority != "" {
+		msg.Header.Set(PriorityHeader, priority)
+	}
+	if notBefore != "" {
+		msg.Header.Set(NotBeforeHeader, notBefore)
 	}
 	ack, err := p.js.PublishMsg(ctx, msg)
 	if err != nil {
@@ -140,8 +153,9 @@ func (p *Producer) publish(ctx context.Context, records []byte, key, replyTo str
 // CodeRequestDeliveriesExhausted after the intake failed internally too
 // often (publish it again later with the same key). No other principal can
 // keep the request out of the stream: it carries no Nats-Msg-Id for anyone
-// to forge.
-func (p *Producer) PublishAndWait(ctx context.Context, records []byte, key string) (*Submission, error) {
+// to forge. opts as for Publish; a malformed or too distant notBefore is
+// CodeInvalidNotBefore.
+func (p *Producer) PublishAndWait(ctx context.Context, records []byte, key string, opts ...SubmitOption) (*Submission, error) {
 	if key == "" {
 		key = NewKey()
 	}
@@ -151,7 +165,7 @@ func (p *Producer) PublishAndWait(ctx context.Context, records []byte, key strin
 		return nil, fmt.Errorf("mightyetl: subscribe to the reply inbox: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if _, err := p.publish(ctx, records, key, inbox); err != nil {
+	if _, err := p.publish(ctx, records, key, inbox, opts); err != nil {
 		return nil, err
 	}
 	m, err := sub.NextMsgWithContext(ctx)

@@ -187,7 +187,7 @@ func (c *Client) SubmitUpload(ctx context.Context, id string, req UploadSubmissi
 	if err != nil {
 		return nil, fmt.Errorf("mightyetl: encode upload submission: %w", err)
 	}
-	return c.submit(ctx, uploadPath(id)+"/jobs", body, key)
+	return c.submit(ctx, uploadPath(id)+"/jobs", body, key, nil)
 }
 
 // DeleteUpload deletes the caller's OPEN upload id and its parts (DELETE

@@ -35,13 +35,17 @@ const jobsUsage = `usage: etlctl jobs <command> [flags]
 
 Commands:
   submit   [--file F | stdin] [--key K]            submit a JSON array of records, or JSON Lines of records
+           [--priority 1..4] [--not-before T]      its priority (1 highest, default 2) and earliest start
+                                                   (RFC 3339, e.g. 2026-03-01T06:00:00Z, or +duration from now, e.g. +90m)
            [--format jsonl|json-array] [--max-bad-records N] [--resume UPLOAD] [--gzip] [--part-size BYTES]
-                                                   (a .jsonl file, or one above 1 MiB, goes through a resumable upload)
+                                                   (a .jsonl file, or one above 1 MiB, goes through a resumable upload,
+                                                   which takes no --priority or --not-before: priority 2, at once)
            [--jsonl]                               JSON Lines of jobs instead: one job (a JSON array) per line
-  get      ID                                      show a job
-  list     [--status S] [--limit N] [--cursor C] [--all]   list your jobs, newest first
-  cancel   ID [--key K]                            cancel a PENDING or RUNNING job (again: replays, exit 0)
+  get      ID                                      show a job (its priority, and its not-before while it waits for it)
+  list     [--status S] [--priority P] [--limit N] [--cursor C] [--all]   list your jobs, newest first
+  cancel   ID [--key K]                            cancel a PENDING (also a scheduled) or RUNNING job (again: replays, exit 0)
   replay   ID [--file F | stdin] [--key K]         run a FAILED or CANCELLED job again (body: the original payload, byte for byte;
+           [--priority 1..4] [--not-before T]      default: the source's priority, at once;
                                                    a large job's through an upload, with submit's upload flags)
   wait     ID [--timeout D] [--progress P]         wait until the job ends; prints its final state (a large job's progress: --progress)
   process  [--file F | stdin] [--key K]            validate, transform and load records synchronously
@@ -71,6 +75,7 @@ Examples:
   export MIGHTYETL_API_URL=http://127.0.0.1:8080 MIGHTYETL_API_USER=dev MIGHTYETL_API_PASSWORD=...
   echo '[{"id":"a1","name":"jane"}]' | etlctl jobs submit
   etlctl jobs submit --file batch.json --key batch-2026-03-01-0001
+  etlctl jobs submit --file nightly.json --priority 4 --not-before +8h
   etlctl jobs submit --jsonl --file jobs.jsonl -o json
   etlctl jobs submit --file big.jsonl --max-bad-records 10    (interrupted: it prints the --resume line to run)
   etlctl jobs wait 0b9d5a7e-8c1f-4e53-9a51-2f7c6a1d3e40 --timeout 5m
@@ -358,11 +363,72 @@ func (c *jobsCmd) show(v any, header string, rows ...[]string) {
 	c.table(header, rows)
 }
 
-const submissionHeader = "JOB ID\tSTATUS\tREPLAYED\tKEY"
+const submissionHeader = "JOB ID\tSTATUS\tPRIORITY\tNOT BEFORE\tREPLAYED\tKEY"
 
-func submissionRow(id string, status client.Status, replayed bool, key string) []string {
-	return []string{id, string(status), fmt.Sprint(replayed), key}
+func submissionRow(id string, status client.Status, priority int, notBefore *time.Time, replayed bool, key string) []string {
+	return []string{id, string(status), priorityCell(priority), notBeforeCell(notBefore), fmt.Sprint(replayed), key}
 }
+
+// priorityCell is a table's priority: "-" when the answer had none.
+func priorityCell(p int) string {
+	if p == 0 {
+		return "-"
+	}
+	return fmt.Sprint(p)
+}
+
+// notBeforeCell is a table's not-before time, "-" when the job has none.
+func notBeforeCell(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// scheduleFlags registers --priority and --not-before into o.
+func (c *jobsCmd) scheduleFlags(o *payloadOptions) {
+	c.fs.IntVar(&o.priority, "priority", 0, "the job's priority, 1 (highest) to 4 (lowest); default 2 (replay: the source's)")
+	c.fs.StringVar(&o.notBefore, "not-before", "", "the job's earliest start: RFC 3339 (2026-03-01T06:00:00Z) or +duration from now (+90m)")
+}
+
+// submitOptions are o's --priority and --not-before as client options; ok
+// false means exitUsage, the reason printed.
+func (c *jobsCmd) submitOptions(o payloadOptions, now time.Time) ([]client.SubmitOption, bool) {
+	var opts []client.SubmitOption
+	if o.priority != 0 {
+		if o.priority < client.HighestPriority || o.priority > client.LowestPriority {
+			fmt.Fprintf(c.errw, "etlctl jobs %s: --priority must be %d to %d\n", c.name, client.HighestPriority, client.LowestPriority)
+			return nil, false
+		}
+		opts = append(opts, client.WithPriority(o.priority))
+	}
+	if o.notBefore != "" {
+		t, ok := parseNotBefore(o.notBefore, now)
+		if !ok {
+			fmt.Fprintf(c.errw, "etlctl jobs %s: --not-before must be an RFC 3339 time with an offset (2026-03-01T06:00:00Z) or +duration (+90m)\n", c.name)
+			return nil, false
+		}
+		opts = append(opts, client.WithNotBefore(t))
+	}
+	return opts, true
+}
+
+// parseNotBefore reads --not-before: "+" and a positive Go duration from
+// now, or an RFC 3339 time with an offset.
+func parseNotBefore(s string, now time.Time) (time.Time, bool) {
+	if d, ok := strings.CutPrefix(s, "+"); ok {
+		dur, err := time.ParseDuration(d)
+		if err != nil || dur <= 0 {
+			return time.Time{}, false
+		}
+		return now.Add(dur), true
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	return t, err == nil
+}
+
+// scheduled reports whether o sets a priority or a not-before time.
+func (o payloadOptions) scheduled() bool { return o.priority != 0 || o.notBefore != "" }
 
 func (c *jobsCmd) submit(args []string) int {
 	var o payloadOptions
@@ -370,12 +436,17 @@ func (c *jobsCmd) submit(args []string) int {
 	jsonl := c.fs.Bool("jsonl", false, "JSON Lines of jobs: one job (a JSON array of records) per line")
 	c.fs.StringVar(&o.key, "key", "", "idempotency key (with --jsonl, line n uses <key>-<n>); generated when empty")
 	c.uploadFlags(&o)
+	c.scheduleFlags(&o)
 	_, cl, _, ok := c.setup(args, 0, nil)
 	if !ok {
 		return exitUsage
 	}
+	opts, ok := c.submitOptions(o, time.Now())
+	if !ok {
+		return exitUsage
+	}
 	if !*jsonl {
-		return c.submitPayload(cl, o)
+		return c.submitPayload(cl, o, opts)
 	}
 	if set := o.uploadFlagsSet(); len(set) > 0 {
 		fmt.Fprintf(c.errw, "etlctl jobs submit: --jsonl (one job per line) takes no %s\n", strings.Join(set, ", "))
@@ -410,7 +481,7 @@ func (c *jobsCmd) submit(args []string) int {
 	var rows [][]string
 	status := exitOK
 	for i, b := range bodies {
-		sub, err := cl.Submit(ctx, b, keys[i])
+		sub, err := cl.Submit(ctx, b, keys[i], opts...)
 		if err != nil {
 			status = c.fail(err)
 			if ctx.Err() != nil {
@@ -421,7 +492,7 @@ func (c *jobsCmd) submit(args []string) int {
 		if c.output == "json" {
 			c.json(sub)
 		} else {
-			rows = append(rows, submissionRow(sub.JobID, sub.Status, sub.Replayed, sub.Key))
+			rows = append(rows, submissionRow(sub.JobID, sub.Status, sub.Priority, sub.NotBefore, sub.Replayed, sub.Key))
 		}
 	}
 	if c.output == "table" && len(rows) > 0 {
@@ -431,11 +502,11 @@ func (c *jobsCmd) submit(args []string) int {
 }
 
 func jobRow(j client.Job) []string {
-	return []string{j.ID, string(j.Status), fmt.Sprint(j.AttemptCount), cmpOr(j.FailureCode, "-"),
-		j.CreatedAt.UTC().Format(time.RFC3339), j.UpdatedAt.UTC().Format(time.RFC3339), cmpOr(j.ReplaySourceID, "-")}
+	return []string{j.ID, string(j.Status), priorityCell(j.Priority), notBeforeCell(j.NotBefore), fmt.Sprint(j.AttemptCount),
+		cmpOr(j.FailureCode, "-"), j.CreatedAt.UTC().Format(time.RFC3339), j.UpdatedAt.UTC().Format(time.RFC3339), cmpOr(j.ReplaySourceID, "-")}
 }
 
-const jobHeader = "JOB ID\tSTATUS\tATTEMPTS\tFAILURE\tCREATED\tUPDATED\tREPLAY OF"
+const jobHeader = "JOB ID\tSTATUS\tPRIORITY\tNOT BEFORE\tATTEMPTS\tFAILURE\tCREATED\tUPDATED\tREPLAY OF"
 
 func (c *jobsCmd) printJob(j *client.Job) {
 	c.show(j, jobHeader, jobRow(*j))
@@ -461,6 +532,7 @@ func (c *jobsCmd) get(args []string) int {
 
 func (c *jobsCmd) list(args []string) int {
 	status := c.fs.String("status", "", "only jobs in this state (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED)")
+	priority := c.fs.Int("priority", 0, "only jobs of this priority (1..4)")
 	limit := c.fs.Int("limit", 0, "page size 1..100 (default: the service's, 50)")
 	cursor := c.fs.String("cursor", "", "continue after a page (its nextCursor)")
 	all := c.fs.Bool("all", false, "follow the cursors through every page")
@@ -470,7 +542,7 @@ func (c *jobsCmd) list(args []string) int {
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	o := client.ListOptions{Status: client.Status(*status), Limit: *limit, Cursor: *cursor}
+	o := client.ListOptions{Status: client.Status(*status), Priority: *priority, Limit: *limit, Cursor: *cursor}
 	page := &client.Page{Jobs: []client.Job{}}
 	if *all {
 		for j, err := range cl.All(ctx, o) {
@@ -524,7 +596,7 @@ func (c *jobsCmd) cancel(args []string) int {
 	if err != nil {
 		return c.fail(err)
 	}
-	c.show(res, submissionHeader, submissionRow(res.Job.ID, res.Job.Status, res.Replayed, res.Key))
+	c.show(res, submissionHeader, submissionRow(res.Job.ID, res.Job.Status, res.Job.Priority, res.Job.NotBefore, res.Replayed, res.Key))
 	return exitOK
 }
 
@@ -533,12 +605,17 @@ func (c *jobsCmd) replay(args []string) int {
 	c.fs.StringVar(&o.file, "file", "", "the original payload (default: standard input)")
 	c.fs.StringVar(&o.key, "key", "", "idempotency key; generated when empty")
 	c.uploadFlags(&o)
+	c.scheduleFlags(&o)
 	pos, cl, _, ok := c.setup(args, 1, nil)
 	if !ok {
 		return exitUsage
 	}
+	opts, ok := c.submitOptions(o, time.Now())
+	if !ok {
+		return exitUsage
+	}
 	o.replayOf = pos[0]
-	return c.replayPayload(cl, o)
+	return c.replayPayload(cl, o, opts)
 }
 
 func (c *jobsCmd) wait(args []string) int {

@@ -29,6 +29,10 @@ type payloadOptions struct {
 	gzip                                bool
 	// replayOf is the job replay replays; empty for submit.
 	replayOf string
+	// priority and notBefore are --priority and --not-before (zero, empty:
+	// not given); a payload sent through an upload takes neither.
+	priority  int
+	notBefore string
 }
 
 // uploadFlags registers the flags of a payload that may go through an
@@ -137,10 +141,15 @@ func (c *jobsCmd) withPayload(o payloadOptions, f func(context.Context, payloadS
 }
 
 // submitPayload submits one payload: a JSON array of at most
-// singleRequestBytes in one request, anything else (JSON Lines, a larger
-// array, or with an upload flag) through a resumable upload.
-func (c *jobsCmd) submitPayload(cl *client.Client, o payloadOptions) int {
+// singleRequestBytes in one request (with opts), anything else (JSON Lines,
+// a larger array, or with an upload flag) through a resumable upload, which
+// takes no --priority or --not-before (a usage error when given, or, when
+// the service refused the single request as too large, that problem).
+func (c *jobsCmd) submitPayload(cl *client.Client, o payloadOptions, opts []client.SubmitOption) int {
 	return c.withPayload(o, func(ctx context.Context, p payloadSource) int {
+		if o.scheduled() && o.viaUpload(p.format) {
+			return c.scheduleWithUpload()
+		}
 		if !o.viaUpload(p.format) {
 			head, err := io.ReadAll(io.LimitReader(p.src, singleRequestBytes+1))
 			if err != nil {
@@ -148,17 +157,20 @@ func (c *jobsCmd) submitPayload(cl *client.Client, o payloadOptions) int {
 				return exitUsage
 			}
 			if len(head) <= singleRequestBytes {
-				sub, err := cl.Submit(ctx, head, o.key)
+				sub, err := cl.Submit(ctx, head, o.key, opts...)
 				if err == nil {
 					c.showSubmission(sub)
 					return exitOK
 				}
 				var pe *client.Error
-				if !errors.As(err, &pe) || (pe.Code != client.CodePayloadTooLarge && pe.Code != client.CodeBatchTooLarge) {
+				if !errors.As(err, &pe) || (pe.Code != client.CodePayloadTooLarge && pe.Code != client.CodeBatchTooLarge) || o.scheduled() {
 					return c.fail(err)
 				}
 				p.src, p.size = bytes.NewReader(head), int64(len(head))
 			} else {
+				if o.scheduled() {
+					return c.scheduleWithUpload()
+				}
 				p.src = io.MultiReader(bytes.NewReader(head), p.src)
 			}
 		}
@@ -168,9 +180,13 @@ func (c *jobsCmd) submitPayload(cl *client.Client, o payloadOptions) int {
 
 // replayPayload replays job o.replayOf: a chunked job (one that reports
 // progress), or with upload flags or a JSON Lines file, through an upload
-// with replayOf; any other with the payload in one request, as before.
-func (c *jobsCmd) replayPayload(cl *client.Client, o payloadOptions) int {
+// with replayOf (no --priority or --not-before: a usage error); any other
+// with the payload in one request, with opts.
+func (c *jobsCmd) replayPayload(cl *client.Client, o payloadOptions, opts []client.SubmitOption) int {
 	return c.withPayload(o, func(ctx context.Context, p payloadSource) int {
+		if o.scheduled() && o.viaUpload(p.format) {
+			return c.scheduleWithUpload()
+		}
 		if !o.viaUpload(p.format) {
 			j, err := cl.Get(ctx, o.replayOf)
 			if err != nil {
@@ -182,12 +198,15 @@ func (c *jobsCmd) replayPayload(cl *client.Client, o payloadOptions) int {
 					fmt.Fprintf(c.errw, "etlctl jobs replay: read input: %v\n", err)
 					return exitUsage
 				}
-				sub, err := cl.Replay(ctx, o.replayOf, body, o.key)
+				sub, err := cl.Replay(ctx, o.replayOf, body, o.key, opts...)
 				if err != nil {
 					return c.fail(err)
 				}
 				c.showSubmission(sub)
 				return exitOK
+			}
+			if o.scheduled() {
+				return c.scheduleWithUpload()
 			}
 		}
 		return c.upload(ctx, cl, p, o)
@@ -277,5 +296,13 @@ func shellQuote(s string) string {
 }
 
 func (c *jobsCmd) showSubmission(sub *client.Submission) {
-	c.show(sub, submissionHeader, submissionRow(sub.JobID, sub.Status, sub.Replayed, sub.Key))
+	c.show(sub, submissionHeader, submissionRow(sub.JobID, sub.Status, sub.Priority, sub.NotBefore, sub.Replayed, sub.Key))
+}
+
+// scheduleWithUpload refuses --priority and --not-before for a payload that
+// goes through an upload: a large job takes priority 2, at once.
+func (c *jobsCmd) scheduleWithUpload() int {
+	fmt.Fprintf(c.errw, "etlctl jobs %s: --priority and --not-before apply to a job sent in one request; "+
+		"this payload goes through an upload (a large job), which runs at priority 2, at once\n", c.name)
+	return exitUsage
 }

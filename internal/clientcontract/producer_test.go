@@ -14,6 +14,8 @@ import (
 	"github.com/mightyetl/mightyetl/client"
 	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/events"
+	"github.com/mightyetl/mightyetl/internal/intake"
+	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/testwait"
 )
 
@@ -69,8 +71,19 @@ func (s *stack) producer(principal string) *client.Producer {
 // request conventions to the intake's own.
 func TestProducerConventionsMatchTheIntake(t *testing.T) {
 	if client.ReplyToHeader != events.ReplyToHeader || client.ErrorCodeHeader != events.ErrorCodeHeader ||
-		client.IdempotencyKeyHeader != events.IdempotencyKeyHeader || client.InboxPrefix("p") != events.ReplyInboxPrefix("p") {
+		client.IdempotencyKeyHeader != events.IdempotencyKeyHeader || client.InboxPrefix("p") != events.ReplyInboxPrefix("p") ||
+		client.DefaultPriority != pg.DefaultPriority || client.HighestPriority != pg.HighestPriority || client.LowestPriority != pg.LowestPriority {
 		t.Fatal("client NATS conventions differ from internal/events")
+	}
+	// The schedule headers: one name each for the client, the NATS
+	// consumer and the HTTP intake.
+	for _, names := range [][3]string{
+		{client.PriorityHeader, events.PriorityHeader, intake.PriorityHeader},
+		{client.NotBeforeHeader, events.NotBeforeHeader, intake.NotBeforeHeader},
+	} {
+		if names[0] != names[1] || names[0] != names[2] {
+			t.Errorf("schedule header %q (client), %q (events), %q (intake)", names[0], names[1], names[2])
+		}
 	}
 	for _, c := range codes.Rejections {
 		if !declaredCodes(t)[c] {
