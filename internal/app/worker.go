@@ -162,7 +162,8 @@ func (p *WorkerProcess) connectNATS(ctx context.Context) error {
 // Both are bounded on the server too, so a statement or transaction whose
 // client vanished (a partition, a killed worker) ends there and frees its
 // locks: the execution pool's statements by stmtTimeout plus a second (the
-// worker's own context deadline fires first when the client is alive), its
+// worker's own context deadline fires first when the client is alive; a
+// claim sets its own, stmtTimeout, in its transaction), its
 // idle transactions by twice that; the renewal pool's statements by the
 // renewal interval and its lock waits by a quarter of it, at most a second
 // (renewal never waits on a held row: see lease.Renew). With

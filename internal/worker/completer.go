@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -264,7 +265,7 @@ func (cp *Completer) commitFinish(batch []*finishReq) error {
 	defer cancel()
 	ctx, span := tracing.Start(ctx, "worker.finish", attribute.Int("group.size", len(batch)))
 	var won map[uuid.UUID]bool // by claim id: two claims of one job may share a group
-	err := pg.WithTx(ctx, cp.db, func(tx pgx.Tx) error {
+	err := finishTx(ctx, cp.db, answerGrace(cp.cfg.StatementTimeout), func(tx pgx.Tx) error {
 		winners, err := lease.Succeed(ctx, tx, cp.cfg.OwnerID, refs)
 		if err != nil {
 			return err
@@ -304,6 +305,36 @@ func (cp *Completer) commitFinish(batch []*finishReq) error {
 		} else {
 			req.reply <- lease.ErrLost
 		}
+	}
+	return nil
+}
+
+// finishTx is pg.WithTx for the finish transaction, whose COMMIT gets a
+// deadline of its own, commitWait, instead of what the statements left of
+// ctx's: a COMMIT sent just before that deadline could commit on the server
+// after the worker gave up on it, and the retry would then find the job
+// SUCCEEDED and count its own success as stale. Only a connection that
+// breaks during the COMMIT leaves its outcome unknown (the retry's fenced
+// write decides: nothing is written twice).
+func finishTx(ctx context.Context, db *pgxpool.Pool, commitWait time.Duration, fn func(tx pgx.Tx) error) (err error) {
+	tx, err := pg.Begin(ctx, db)
+	if err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			panic(p)
+		}
+	}()
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitWait)
+	defer cancel()
+	if err := tx.Commit(cctx); err != nil {
+		return fmt.Errorf("commit transaction: %w", err)
 	}
 	return nil
 }

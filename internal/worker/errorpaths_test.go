@@ -246,6 +246,60 @@ func TestClaimIsBoundedByTheStatementTimeout(t *testing.T) {
 	h.awaitOutcome(t, 30*time.Second, "the job after the lock succeeded", metrics.OutcomeSucceeded, 1)
 }
 
+// A claim whose worker is gone never commits (issue 12, defect 7, and the
+// flaky TestClaimIsBoundedByTheStatementTimeout): the claim statement,
+// blocked behind a lock, loses its connection (the proxy cuts it, so pgx's
+// cancel request cannot arrive either); once the lock frees, the server
+// runs it, and when claims ran on their own (autocommit) it committed and
+// leased the job to nobody for the whole lease. The producer commits a
+// claim only after reading its rows, so the orphaned claim rolls back and
+// the job is claimed once, by a claim the worker received.
+func TestClaimCutFromItsWorkerNeverCommits(t *testing.T) {
+	t.Parallel()
+	pool, url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	proxy := pgtest.NewProxy(t, url)
+	cfg := fastConfig()
+	cfg.ChunkedSlots = -1                  // one claimer: the small-job producer
+	cfg.StatementTimeout = 5 * time.Second // the cut comes first
+	cfg.LeaseDuration = 2 * time.Minute    // a lease leaked by the claim outlives the test
+	h := newWorkerWith(t, proxy.URL(url), cfg, worker.TestHooks{}, harnessOptions{renewURL: url, execConns: 1})
+	h.start(t)
+	// A first round, so the blocked claim below runs on a connection whose
+	// statements are prepared: its whole round trip reaches the server.
+	receive(t, 30*time.Second, "no claim round", h.sig.Claimed)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `LOCK TABLE etl_job_claim_queue IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	var locker int
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&locker); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 30*time.Second, "a claim blocked behind the lock", func() bool {
+		return pgtest.Count(t, pool, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND $1 = ANY(pg_blocking_pids(pid))`, locker) > 0
+	})
+	proxy.Cut()
+	// The job becomes claimable with the lock's release: the blocked claim
+	// sees it.
+	ids := pgtest.InsertJobs(t, tx, pg.NewJob{Payload: records(1, "cut")})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Restore()
+	h.awaitOutcome(t, 30*time.Second, "the job claimed after the cut succeeded", metrics.OutcomeSucceeded, 1)
+	wantJob(t, pool, ids[0], pg.StatusSucceeded, 1)
+	if n := h.outcome(metrics.OutcomeClaimed); n != 1 {
+		t.Fatalf("the worker received %v claims, want 1", n)
+	}
+	pgtest.AssertClaimQueueConsistent(t, pool)
+}
+
 // An attempt that runs past MaxJobDuration is cancelled with ErrJobTimeout,
 // no longer renewed, and the job ends FAILED etl_job_timeout on that
 // attempt (issue 12, defect 7).

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -44,7 +45,7 @@ type Producer struct {
 	stopping chan struct{}
 	// claim is the claim statement: lease.ClaimJobs, or
 	// lease.ClaimChunkedJobs for the chunked producer.
-	claim func(ctx context.Context, db pg.DBTX, p lease.ClaimParams) (lease.ClaimResult, error)
+	claim claimFunc
 
 	// Schema gate, owned by the loop goroutine: schemaChecked is when
 	// pg.CheckCompatibility last answered (zero: never), schemaOK its
@@ -167,15 +168,19 @@ func (p *Producer) runOnce(ctx context.Context) {
 			return
 		}
 		sent := time.Now()
-		cctx, cancel := context.WithTimeout(ctx, p.cfg.StatementTimeout)
-		cctx, span := tracing.Start(cctx, "worker.claim", attribute.Int("batch.limit", free))
-		res, err := p.claim(cctx, p.db, lease.ClaimParams{
+		// Committed only once its rows are read, so a claim given up on
+		// never commits unseen (claimCommitted).
+		cctx, span := tracing.Start(ctx, "worker.claim", attribute.Int("batch.limit", free))
+		res, err := claimCommitted(cctx, p.db, p.cfg.StatementTimeout, p.claim, lease.ClaimParams{
 			OwnerID: p.cfg.OwnerID, Limit: free, LeaseDuration: p.cfg.LeaseDuration,
 			Owners: max(p.cfg.ClaimOwners, 0),
 		})
 		tracing.EndBatch(span, len(res.Claimed), err)
-		cancel()
-		if err != nil {
+		switch {
+		case errors.Is(err, errCommitUnknown):
+			// Kept: their exact leases decide (claimCommitted).
+			p.log.Warn("claim commit unconfirmed; keeping the claims, their leases decide", "error_class", pg.ErrorClass(err))
+		case err != nil:
 			if ctx.Err() == nil {
 				p.log.Warn("claim failed; will retry at the next poll or wake-up", "error_class", pg.ErrorClass(err))
 			}

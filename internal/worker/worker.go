@@ -118,7 +118,10 @@ type Config struct {
 	// StatementTimeout bounds every claim, finish and fenced write (default
 	// max(RenewInterval, MinStatementTimeout); derived, not configured); a
 	// slower statement is cancelled and counts as a transient database
-	// error. Renewal is bounded by its own schedule.
+	// error. A claim is bounded by the database (its transaction's
+	// statement_timeout) and committed only once its rows are read; the
+	// worker waits for its answer up to StatementTimeout longer (at least a
+	// second). Renewal is bounded by its own schedule.
 	StatementTimeout time.Duration
 	// MaxJobDuration bounds one attempt of a job (DefaultMaxJobDuration;
 	// MIGHTYETL_MAX_JOB_DURATION): past it the handler is cancelled with
