@@ -470,6 +470,39 @@ func TestConsoleInBrowser(t *testing.T) {
 	if records := get("record count", chromedp.Text(chromedp.ID("records"))); records != "3" {
 		t.Fatalf("PENDING diagnostic job shows records %q, want 3", records)
 	}
+	if p := get("default priority", chromedp.Text(chromedp.ID("job-priority"))); p != "2" || count("#job-not-before") != 0 {
+		t.Fatalf("PENDING job shows priority %q and %d not-before rows", p, count("#job-not-before"))
+	}
+	// A scheduled job of priority 1 shows both (Mightyetl-Priority and
+	// Mightyetl-Not-Before on its submission).
+	at := time.Now().Add(time.Hour).UTC()
+	sreq, err := http.NewRequest("POST", s.base+"/api/etl/jobs", strings.NewReader(`[{"id":"s1"}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sreq.Header = http.Header{"Authorization": {s.basic("alice")}, "Idempotency-Key": {"console-sched-000001"},
+		"Content-Type": {"application/json"}, "Mightyetl-Priority": {"1"}, "Mightyetl-Not-Before": {at.Format(time.RFC3339)}}
+	sres, err := s.client.Do(sreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var scheduled struct {
+		JobRecordID string `json:"jobRecordId"`
+	}
+	if err := json.NewDecoder(sres.Body).Decode(&scheduled); err != nil || sres.StatusCode != http.StatusAccepted {
+		t.Fatalf("scheduled submit: %d %v", sres.StatusCode, err)
+	}
+	_ = sres.Body.Close()
+	step("scheduled detail", chromedp.Navigate(s.base+"/console/jobs/"+scheduled.JobRecordID), chromedp.WaitVisible(chromedp.ID("job-not-before")))
+	if p, nb := get("priority", chromedp.Text(chromedp.ID("job-priority"))), get("not before", chromedp.Text(chromedp.ID("job-not-before"))); p != "1" ||
+		!strings.HasPrefix(nb, at.Format("2006-01-02 15:04:05Z")) {
+		t.Fatalf("scheduled job shows priority %q, not before %q (want 1, %s)", p, nb, at.Format("2006-01-02 15:04:05Z"))
+	}
+	// The owner cancels it (a scheduled job is PENDING), so the bulk
+	// cancel below sees the jobs it always did.
+	if code, _, b := s.do("POST", "/api/etl/jobs/"+scheduled.JobRecordID+"/cancellation", "alice", "console-sched-cancel1", ""); code != http.StatusOK {
+		t.Fatalf("cancel the scheduled job: %d %s", code, b)
+	}
 	// A FAILED job keeps no payload; its replay form asks for the body of
 	// its kind (a diagnostic job's is an object, not an array of records).
 	step("failed detail", chromedp.Navigate(s.base+"/console/jobs/"+failed), chromedp.WaitVisible(chromedp.ID("replay-body")))

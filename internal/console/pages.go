@@ -282,6 +282,18 @@ type jobView struct {
 	LoadProgress    *progressView
 }
 
+// NotBefore is the job's notBefore, as the owner's API shows it: its
+// available_at while it is PENDING and that time is later than the
+// database clock at the read (a scheduled job, or a retry waiting out its
+// backoff); nil otherwise.
+func (v jobView) NotBefore() *time.Time {
+	if v.Status != pg.StatusPending || !v.AvailableAt.After(v.DatabaseNow) {
+		return nil
+	}
+	t := v.AvailableAt
+	return &t
+}
+
 // RecordsNote is what the page says in place of a record count when there
 // is none (RecordCount nil): a terminal job keeps no payload (the worker's
 // finish and every cancellation clear it); a PENDING or RUNNING job holds

@@ -2,6 +2,7 @@ package console
 
 import (
 	"testing"
+	"time"
 
 	"github.com/mightyetl/mightyetl/internal/pg"
 )
@@ -31,5 +32,24 @@ func TestJobViewTexts(t *testing.T) {
 	}
 	if got := view(pg.KindETLRecords, pg.StatusFailed).BodyShape(); got != "a JSON array of records, as submitted" {
 		t.Errorf("etl_records body %q", got)
+	}
+}
+
+// TestJobViewNotBefore: the page shows a not-before time only for a
+// PENDING job whose available_at is after the database clock at the read.
+func TestJobViewNotBefore(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	view := func(status string, available time.Time) jobView {
+		return jobView{JobDetail: JobDetail{OpsDetail: pg.OpsDetail{DatabaseNow: now,
+			OpsJob: pg.OpsJob{Status: status, AvailableAt: available}}}}
+	}
+	if nb := view(pg.StatusPending, now.Add(time.Minute)).NotBefore(); nb == nil || !nb.Equal(now.Add(time.Minute)) {
+		t.Errorf("scheduled PENDING job: %v", nb)
+	}
+	for _, v := range []jobView{view(pg.StatusPending, now), view(pg.StatusPending, now.Add(-time.Second)),
+		view(pg.StatusRunning, now.Add(time.Minute)), view(pg.StatusCancelled, now.Add(time.Minute))} {
+		if nb := v.NotBefore(); nb != nil {
+			t.Errorf("%s available %v: not before %v, want none", v.Status, v.AvailableAt, nb)
+		}
 	}
 }
