@@ -62,7 +62,7 @@ unit: ## go test -race over every package of both modules
 	cd client && $(GO) test -race -count=1 -timeout 10m ./...
 
 console-screenshots: ## refresh docs/console/*.png from the console browser test (needs chromium and PostgreSQL)
-	MIGHTYETL_CONSOLE_SCREENSHOTS=1 $(GO) test -count=1 -run TestConsoleInBrowser ./internal/console/
+	MIGHTYETL_CONSOLE_SCREENSHOTS=1 $(GO) test -count=1 -run '^(TestConsoleInBrowser|TestConsoleOwnersInBrowser)$$' ./internal/console/
 
 soak: ## the fault-injection test for 30 minutes, with RSS and goroutine samples (docs/reliability.md)
 	MIGHTYETL_FAULT_DURATION=30m $(GO) test -count=1 -run TestFaultInjection -timeout 40m -v ./internal/faultinject
