@@ -280,16 +280,37 @@ func TestTargetUnavailable(t *testing.T) {
 	}
 }
 
-// TestInternalError: an unexpected database error (no schema) is a 500 with
-// the fixed detail only.
+// TestInternalError: an unexpected database error (here a division by
+// zero the job table's stand-in raises on every read) is a 500 with the
+// fixed detail only.
 func TestInternalError(t *testing.T) {
+	t.Parallel()
+	pool, url := pgtest.NewDatabase(t)
+	if _, err := pool.Exec(context.Background(), `ALTER TABLE etl_job_records RENAME TO etl_job_records_hidden;
+		CREATE VIEW etl_job_records AS SELECT * FROM etl_job_records_hidden WHERE (SELECT 1 / 0) = 1`); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvOn(t, pool, url)
+	r := req{Method: "GET", Path: "/api/etl/jobs/" + uuid.NewString(), Principal: "alice"}
+	res := e.do(r)
+	checkProblem(t, res, r.Path, http.StatusInternalServerError, "etl_internal_error")
+	if strings.Contains(string(res.Body), "division") || strings.Contains(string(res.Body), "relation") {
+		t.Errorf("500 leaks database text: %s", res.Body)
+	}
+}
+
+// TestSchemaMissingUnderTheServer: a statement naming what the schema lacks
+// (no schema at all here; in production a migration down under a running
+// intake, before its schema gate looks again) is the gate's own answer, 503
+// etl_schema_incompatible, with the fixed detail only.
+func TestSchemaMissingUnderTheServer(t *testing.T) {
 	t.Parallel()
 	pool, url := pgtest.NewDatabase(t, pgtest.Options{Empty: true})
 	e := newEnvOn(t, pool, url)
 	r := req{Method: "GET", Path: "/api/etl/jobs/" + uuid.NewString(), Principal: "alice"}
 	res := e.do(r)
-	checkProblem(t, res, r.Path, http.StatusInternalServerError, "etl_internal_error")
+	checkProblem(t, res, r.Path, http.StatusServiceUnavailable, "etl_schema_incompatible")
 	if strings.Contains(string(res.Body), "relation") {
-		t.Errorf("500 leaks database text: %s", res.Body)
+		t.Errorf("503 leaks database text: %s", res.Body)
 	}
 }
