@@ -38,6 +38,7 @@ const (
 	CodeReplaySourceSucceeded      ErrorCode = "etl_job_replay_source_succeeded"
 	CodeReplayGenerationExhausted  ErrorCode = "etl_job_replay_generation_exhausted"
 	CodeReplayRequiresUpload       ErrorCode = "etl_job_replay_requires_upload"
+	CodeOwnerQuotaExceeded         ErrorCode = "etl_owner_quota_exceeded"
 	CodeJobNotFound                ErrorCode = "etl_job_not_found"
 	CodeRouteNotFound              ErrorCode = "etl_route_not_found"
 	CodeMethodNotAllowed           ErrorCode = "etl_method_not_allowed"
@@ -140,8 +141,10 @@ func (e *Error) Is(target error) bool {
 }
 
 // Transient reports whether the same request may succeed later unchanged:
-// 429, 503 and NATS deliveries exhausted. The client retries these itself
-// within its RetryPolicy; one that still comes back has used the budget.
+// 429 (among them CodeOwnerQuotaExceeded, also when a NATS rejection
+// carries it), 503 and NATS deliveries exhausted. The client retries these
+// itself within its RetryPolicy; one that still comes back has used the
+// budget.
 func (e *Error) Transient() bool {
-	return e.Status == 429 || e.Status == 503 || e.Code == CodeRequestDeliveriesExhausted
+	return e.Status == 429 || e.Status == 503 || e.Code == CodeRequestDeliveriesExhausted || e.Code == CodeOwnerQuotaExceeded
 }

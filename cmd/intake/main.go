@@ -114,6 +114,21 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		log.Info("NATS_URL not set; no outbox relay or request consumer (workers poll)")
 	}
 	log.Info("intake listening", "addr", in.Server.Addr())
+	// SIGHUP re-reads MIGHTYETL_OWNER_OVERRIDES_FILE (quotas and claim
+	// weights); a file that cannot be used keeps the last good one.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				_ = in.ReloadOwners(ctx) // logged
+			}
+		}
+	}()
 	<-ctx.Done()
 	log.Info("intake stopping")
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), cfg.ShutdownGrace)

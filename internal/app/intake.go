@@ -139,6 +139,7 @@ type Intake struct {
 	cfg      config.Intake
 	listener net.Listener // IntakeOptions.Listener; nil: Start binds one
 	ss       startstop.Base
+	owners   *owners // MIGHTYETL_OWNER_*: quotas and claim weights (owners.go)
 }
 
 // NewIntake assembles the intake process of cfg on pools: the service's
@@ -169,6 +170,10 @@ func NewIntake(cfg config.Intake, pools IntakePools, o IntakeOptions) (in *Intak
 	if pools.Health != nil {
 		metrics.RegisterOldestPending(reg, pools.Health)
 	}
+	ownerSettings, err := cfg.Owners.Load([]byte(cfg.PrincipalHashKey))
+	if err != nil {
+		return nil, err
+	}
 	svc, err := intake.New(intake.Options{
 		DB:               pools.Requests,
 		PrincipalHashKey: []byte(cfg.PrincipalHashKey),
@@ -176,6 +181,7 @@ func NewIntake(cfg config.Intake, pools IntakePools, o IntakeOptions) (in *Intak
 		MaxAttempts:      cfg.MaxAttempts,
 		Metrics:          m,
 		Uploads:          cfg.Uploads.Options(),
+		Quotas:           ownerSettings.Quotas,
 
 		MaxScheduleHorizon: cfg.MaxScheduleHorizon,
 	})
@@ -229,7 +235,8 @@ func NewIntake(cfg config.Intake, pools IntakePools, o IntakeOptions) (in *Intak
 	if cons != nil {
 		cons.SetRelayState(bridge.RelayState)
 	}
-	return &Intake{Service: svc, Server: srv, Bridge: bridge, SchemaGate: gate, cfg: cfg, listener: o.Listener}, nil
+	own := &owners{cfg: cfg.Owners, hashKey: []byte(cfg.PrincipalHashKey), db: pools.Requests, svc: svc, log: log, current: ownerSettings}
+	return &Intake{Service: svc, Server: srv, Bridge: bridge, SchemaGate: gate, cfg: cfg, listener: o.Listener, owners: own}, nil
 }
 
 // sampler is the console's rate sampler, or a part that does nothing when
@@ -280,6 +287,9 @@ func (in *Intake) Start(ctx context.Context) error {
 			in.stopUnstarted(ctx)
 			return nil, err
 		}
+		// The configured claim weights (logged; a failure keeps the
+		// weights as they were and does not stop the start).
+		_ = in.owners.writeWeights(ctx, in.owners.current)
 		if err := in.SchemaGate.Start(ctx); err != nil {
 			_ = ln.Close()
 			in.stopUnstarted(ctx)

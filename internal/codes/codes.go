@@ -81,6 +81,11 @@ const (
 	// ReplayRequiresUpload: the job is a large (chunked) job; it is replayed
 	// by uploading its payload again and submitting it with replayOf.
 	ReplayRequiresUpload = "etl_job_replay_requires_upload"
+	// OwnerQuotaExceeded: the caller's submission rate
+	// (MIGHTYETL_OWNER_SUBMIT_RATE) or pending jobs
+	// (MIGHTYETL_OWNER_MAX_PENDING_JOBS), or its override, would be exceeded;
+	// retry after Retry-After seconds with the same key and body.
+	OwnerQuotaExceeded = "etl_owner_quota_exceeded"
 	// TargetUnavailable: the database is unavailable (retry with the same
 	// key and body); also the failure_code of a job whose transient
 	// failures outlasted its attempts.
@@ -199,7 +204,7 @@ var Problems = []string{
 	InvalidStatusFilter, InvalidPriorityFilter, InvalidPriority, InvalidNotBefore,
 	ReplayKeyRequired, ReplayKeyReused, ReplayPayloadMismatch,
 	ReplaySourceActive, ReplaySourceSucceeded, ReplayGenerationExhausted, ReplayRequiresUpload,
-	TargetUnavailable,
+	OwnerQuotaExceeded, TargetUnavailable,
 	InternalError, AuthenticationRequired, PayloadTooLarge, RouteNotFound, MethodNotAllowed,
 	UnsupportedMediaType, ServerBusy, AuthenticationRateLimited, AuthenticationOverloaded,
 	OperatorRequired, OpsInvalidFilter, SchemaIncompatible,

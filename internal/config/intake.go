@@ -73,6 +73,7 @@ type Intake struct {
 	JWTOperatorClaim      string        // MIGHTYETL_JWT_OPERATOR_CLAIM: claim naming operators (jwt mode), with JWTOperatorValue
 	JWTOperatorValue      string        // MIGHTYETL_JWT_OPERATOR_VALUE: value of JWTOperatorClaim that makes an operator
 	Uploads               Uploads       // MIGHTYETL_UPLOAD_*: large-job upload limits
+	Owners                OwnerQuotas   // MIGHTYETL_OWNER_*: per-owner quotas, overrides and claim weights
 	MaxScheduleHorizon    time.Duration // MIGHTYETL_MAX_SCHEDULE_HORIZON, default 720h (1m..8760h): how far ahead a Mightyetl-Not-Before may lie
 }
 
@@ -190,6 +191,7 @@ func RegisterIntake(l *Loader, dst *Intake) {
 	l.String(&dst.JWTOperatorClaim, "MIGHTYETL_JWT_OPERATOR_CLAIM", "jwt-operator-claim", "", "JWT claim that marks operators (jwt mode), e.g. roles", nil)
 	l.String(&dst.JWTOperatorValue, "MIGHTYETL_JWT_OPERATOR_VALUE", "jwt-operator-value", "", "value of the operator claim that makes an operator, e.g. mightyetl-operator", nil)
 	RegisterUploads(l, &dst.Uploads)
+	RegisterOwnerQuotas(l, &dst.Owners)
 	l.Duration(&dst.MaxScheduleHorizon, "MIGHTYETL_MAX_SCHEDULE_HORIZON", "max-schedule-horizon", intake.DefaultMaxScheduleHorizon,
 		MinScheduleHorizon, MaxScheduleHorizonCeiling, "how far ahead of the intake's clock a job may be scheduled (400 etl_invalid_not_before beyond)")
 	RegisterNATS(l, &dst.NATS)
@@ -281,6 +283,9 @@ func (c Intake) Validate() error {
 		return fmt.Errorf("MIGHTYETL_PRINCIPAL_HASH_KEY: must be at least %d bytes", MinPrincipalHashKeyBytes)
 	}
 	if err := c.Uploads.Validate(); err != nil {
+		return err
+	}
+	if err := c.Owners.Validate(); err != nil {
 		return err
 	}
 	if err := c.NATS.ValidateRequests(c.MaxPayloadBytes); err != nil {

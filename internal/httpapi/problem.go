@@ -2,7 +2,9 @@ package httpapi
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/mightyetl/mightyetl/internal/codes"
@@ -45,6 +47,7 @@ var problemTable = map[string]problemSpec{
 	codes.ReplaySourceSucceeded:     {409, "Replay source succeeded", "The job succeeded; only a FAILED or CANCELLED job can be replayed."},
 	codes.ReplayGenerationExhausted: {409, "Replay generation exhausted", "The job is the 100th replay of its chain and cannot be replayed again."},
 	codes.ReplayRequiresUpload:      {409, "Replay requires upload", "The job is a large job; replay it by uploading its payload again and submitting the upload with replayOf."},
+	codes.OwnerQuotaExceeded:        {429, "Owner quota exceeded", "The caller's submission rate or pending jobs are at their configured limit; retry after Retry-After seconds with the same Idempotency-Key and body."},
 	codes.JobNotFound:               {404, "Job not found", "No such job exists for the caller."},
 	codes.RouteNotFound:             {404, "Not found", "No such resource."},
 	codes.MethodNotAllowed:          {405, "Method not allowed", "The resource does not support this method."},
@@ -110,12 +113,20 @@ func writeProblem(w http.ResponseWriter, r *http.Request, code string) {
 }
 
 // writeError answers r with the problem of a use-case error: its code
-// (intake.CodeOf) and, for etl_invalid_record, the record's index
-// (intake.RecordIndexOf).
+// (intake.CodeOf), for etl_invalid_record the record's index
+// (intake.RecordIndexOf), and for etl_owner_quota_exceeded Retry-After
+// (intake.QuotaExceeded).
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	p := problemFor(intake.CodeOf(err), r.URL.Path)
 	if i, ok := intake.RecordIndexOf(err); ok && p.ErrorCode == codes.InvalidRecord {
 		p.RecordIndex = &i
+	}
+	var quota *intake.QuotaExceeded
+	if errors.As(err, &quota) && p.ErrorCode == codes.OwnerQuotaExceeded {
+		if rec, ok := w.(*recorder); ok {
+			rec.errorCode = p.ErrorCode
+		}
+		w = &retryAfterWriter{ResponseWriter: w, seconds: strconv.FormatInt(quota.RetryAfterSeconds(), 10)}
 	}
 	writeProblemDoc(w, p)
 }

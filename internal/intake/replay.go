@@ -53,6 +53,8 @@ type ReplayResult struct {
 //   - body digest differs from the source's: ErrReplayPayloadMismatch
 //     (nothing is written);
 //   - source at generation 100: ErrReplayGenerationExhausted;
+//   - over the caller's quota (a key without a job yet):
+//     ErrOwnerQuotaExceeded (before the source is read);
 //   - database unreachable: etl_target_unavailable (retry with the same key
 //     and body).
 //
@@ -70,6 +72,10 @@ func (s *Service) Replay(ctx context.Context, req ReplayRequest) (ReplayResult, 
 	if err != nil {
 		return ReplayResult{}, err
 	}
+	adm, err := s.admitOwner(ctx, req.Principal, scope, ReplayKeyHash(scope, req.IdempotencyKey))
+	if err != nil {
+		return ReplayResult{}, err
+	}
 	out, err := pg.ReplayJob(ctx, s.db, pg.ReplayParams{
 		PrincipalScopeHash: scope,
 		SourceJobID:        req.JobID,
@@ -79,6 +85,7 @@ func (s *Service) Replay(ctx context.Context, req ReplayRequest) (ReplayResult, 
 		Priority:           schedule.Priority,
 		NotBefore:          schedule.NotBefore,
 	})
+	adm.settle(err == nil && out.Created)
 	return s.replayResult(out, err)
 }
 

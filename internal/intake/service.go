@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -77,6 +78,9 @@ type Options struct {
 	FlushTimeout time.Duration
 	// Metrics, when not nil, counts submissions, cancellations and batch sizes.
 	Metrics *metrics.Intake
+	// Quotas are the per-owner quotas (MIGHTYETL_OWNER_*); the zero value
+	// limits nothing. See SetQuotas.
+	Quotas QuotaOptions
 	// Uploads bound large-job uploads (MIGHTYETL_UPLOAD_*); zero fields
 	// take their defaults.
 	Uploads UploadOptions
@@ -104,8 +108,9 @@ func (o Options) WithDefaults() Options {
 	return o
 }
 
-// Service runs the intake use cases. It holds no goroutines and no cache;
-// it is safe for concurrent use and needs no shutdown.
+// Service runs the intake use cases. It holds no goroutines and no cache
+// but the per-owner quotas' state (quota.go); it is safe for concurrent use
+// and needs no shutdown.
 type Service struct {
 	db          DB
 	hashKey     []byte
@@ -126,6 +131,10 @@ type Service struct {
 	// announce, when set, publishes the wake-up for submitted jobs itself
 	// (see SetAnnouncer).
 	announce atomic.Pointer[func()]
+	// quotas are the per-owner quotas, nil when none (quota.go); quotaMu
+	// serialises SetQuotas.
+	quotas  atomic.Pointer[ownerQuotas]
+	quotaMu sync.Mutex
 }
 
 // SetAnnouncer makes announce the wake-up for jobs submitted from now on:
@@ -232,6 +241,9 @@ func New(opts Options) (*Service, error) {
 	}
 	if opts.Metrics != nil {
 		s.batcher.observe = func(n int) { opts.Metrics.SubmitBatchSize.Observe(float64(n)) }
+	}
+	if err := s.SetQuotas(opts.Quotas); err != nil {
+		return nil, fmt.Errorf("new intake service: %w", err)
 	}
 	return s, nil
 }

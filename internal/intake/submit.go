@@ -49,6 +49,8 @@ type SubmitResult struct {
 //     notBefore beyond the horizon: ErrInvalidNotBefore; invalid body:
 //     etl_invalid_json, etl_invalid_record or etl_batch_too_large, with
 //     nothing written;
+//   - over the caller's quota (a key without a job yet):
+//     ErrOwnerQuotaExceeded, whose QuotaExceeded says when to retry;
 //   - database unreachable: etl_target_unavailable, with nothing written
 //     (retry with the same key and body).
 //
@@ -124,6 +126,11 @@ func (s *Service) submit(ctx context.Context, req SubmitRequest) (SubmitResult, 
 		},
 		done: make(chan struct{}),
 	}
+	adm, err := s.admitOwner(ctx, req.Principal, scope, sub.job.SubmissionKeyHash)
+	if err != nil {
+		return SubmitResult{}, err
+	}
+	defer s.settleSubmission(ctx, adm, sub)
 	// The group-commit wait: queueing for a batch plus its transaction.
 	wctx, wspan := tracing.Start(ctx, "intake.group_commit")
 	err = s.batcher.submit(wctx, sub)

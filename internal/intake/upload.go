@@ -305,7 +305,8 @@ type SubmitUploadRequest struct {
 // the replay outcomes of Replay, ErrJobNotFound for an absent source).
 // Upload refusals: ErrUploadNotFound, ErrUploadExpired,
 // ErrUploadAlreadySubmitted, ErrUploadIncomplete, ErrUploadDigestMismatch,
-// ErrUploadTooLarge.
+// ErrUploadTooLarge. Over the caller's quota (a key without a job yet):
+// ErrOwnerQuotaExceeded.
 func (s *Service) SubmitUpload(ctx context.Context, req SubmitUploadRequest) (SubmitResult, error) {
 	ctx, span := tracing.Start(ctx, "intake.submit_upload")
 	defer span.End()
@@ -345,12 +346,17 @@ func (s *Service) submitUpload(ctx context.Context, req SubmitUploadRequest) (Su
 	if req.ReplayOf != uuid.Nil {
 		keyHash = ReplayKeyHash(scope, req.IdempotencyKey)
 	}
+	adm, err := s.admitOwner(ctx, req.Principal, scope, keyHash)
+	if err != nil {
+		return SubmitResult{}, err
+	}
 	out, err := pg.SubmitUpload(ctx, s.db, pg.SubmitUploadParams{
 		PrincipalScopeHash: scope, UploadID: req.UploadID, SubmissionKeyHash: keyHash, SHA256: req.SHA256,
 		MaxBadRecords: req.MaxBadRecords, MaxAttempts: s.maxAttempts,
 		MaxUploadBytes: s.uploads.MaxBytes, MaxRecords: s.uploads.MaxRecords, ReplayOf: req.ReplayOf,
 		SubmitTraceparent: tracing.Traceparent(ctx),
 	})
+	adm.settle(err == nil && out.Created)
 	if err != nil {
 		return SubmitResult{}, uploadError(err)
 	}

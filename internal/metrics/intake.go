@@ -72,6 +72,9 @@ type Intake struct {
 	Rejections *prometheus.CounterVec
 	// Uploads counts large-job upload requests by operation and outcome.
 	Uploads *prometheus.CounterVec
+	// OwnerQuotaDecisions counts the per-owner quota decisions by outcome
+	// (OwnerQuotaOutcomes).
+	OwnerQuotaDecisions *prometheus.CounterVec
 }
 
 // NewIntake creates the intake collectors and registers them on reg.
@@ -124,6 +127,8 @@ func NewIntake(reg prometheus.Registerer) *Intake {
 			}
 		}
 	}
-	reg.MustRegister(m.Submissions, m.Cancellations, m.RequestDuration, m.SubmitBatchSize, m.HandlerPanics, m.Rejections, m.Uploads)
+	m.OwnerQuotaDecisions = newOwnerQuotaDecisions()
+	reg.MustRegister(m.Submissions, m.Cancellations, m.RequestDuration, m.SubmitBatchSize, m.HandlerPanics, m.Rejections, m.Uploads,
+		m.OwnerQuotaDecisions)
 	return m
 }
