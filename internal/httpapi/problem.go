@@ -128,6 +128,11 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		}
 		w = &retryAfterWriter{ResponseWriter: w, seconds: strconv.FormatInt(quota.RetryAfterSeconds(), 10)}
 	}
+	// The schema moved under this server (intake's storeError): answered as
+	// the schema gate answers, with its Retry-After.
+	if p.ErrorCode == codes.SchemaIncompatible {
+		w = &retryAfterWriter{ResponseWriter: w, seconds: schemaRetryAfter}
+	}
 	writeProblemDoc(w, p)
 }
 

@@ -310,6 +310,9 @@ func TestSchemaMissingUnderTheServer(t *testing.T) {
 	r := req{Method: "GET", Path: "/api/etl/jobs/" + uuid.NewString(), Principal: "alice"}
 	res := e.do(r)
 	checkProblem(t, res, r.Path, http.StatusServiceUnavailable, "etl_schema_incompatible")
+	if got := res.Header.Get("Retry-After"); got != "10" {
+		t.Errorf("Retry-After %q, want the schema gate's 10", got)
+	}
 	if strings.Contains(string(res.Body), "relation") {
 		t.Errorf("503 leaks database text: %s", res.Body)
 	}
