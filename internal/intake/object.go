@@ -136,6 +136,11 @@ func (s *Service) submitObject(ctx context.Context, req ObjectSubmission) (Submi
 	if res, found, err := s.existingObjectJob(ctx, scope, keyHash, req.SHA256); found || err != nil {
 		return res, err
 	}
+	// Over a quota now: refused before the object is read (the submit
+	// after it decides for good).
+	if err := s.precheckOwner(req.Principal, scope); err != nil {
+		return SubmitResult{}, err
+	}
 	stream, err := req.Source.Open(ctx)
 	if err != nil {
 		return SubmitResult{}, err

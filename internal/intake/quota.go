@@ -166,7 +166,10 @@ func (s *Service) SetQuotas(o QuotaOptions) error {
 	if q == nil {
 		q = &ownerQuotas{db: s.db, owners: map[string]*ownerState{}}
 		if s.metrics != nil {
-			q.decisions = s.metrics.OwnerQuotaDecisions
+			q.decisions = make(map[string]prometheus.Counter, len(metrics.OwnerQuotaOutcomes))
+			for _, o := range metrics.OwnerQuotaOutcomes {
+				q.decisions[o] = s.metrics.OwnerQuotaDecisions.WithLabelValues(o)
+			}
 		}
 	}
 	q.configure(o)
@@ -219,7 +222,7 @@ func (a *admission) settle(created bool) {
 // ownerQuotas are the per-owner states of one Service's quotas.
 type ownerQuotas struct {
 	db        DB
-	decisions *prometheus.CounterVec // nil counts nothing
+	decisions map[string]prometheus.Counter // by outcome; nil counts nothing
 	cfg       atomic.Pointer[quotaConfig]
 
 	mu     sync.Mutex
@@ -267,8 +270,8 @@ func (c *quotaConfig) limitsOf(principal string) OwnerLimits {
 func (c *quotaConfig) pendingRetryAfter() time.Duration { return max(2*time.Second, 2*c.window) }
 
 func (q *ownerQuotas) count(outcome string) {
-	if q.decisions != nil {
-		q.decisions.WithLabelValues(outcome).Inc()
+	if c := q.decisions[outcome]; c != nil {
+		c.Inc()
 	}
 }
 
@@ -465,4 +468,55 @@ func (s *Service) settleSubmission(ctx context.Context, adm *admission, sub *sub
 			}
 		}()
 	}
+}
+
+// precheckOwner refuses, without taking a token or a place, a request that
+// the caller's quotas would refuse now, from what this process already
+// knows (no database read): for work that is expensive to do before
+// admitOwner decides (an Object Store ingest streams the whole object
+// before its job is submitted). It lets a request through when it does not
+// know (an owner not seen yet, a count older than its window); admitOwner
+// still decides. The caller has checked that the key has no job yet.
+func (s *Service) precheckOwner(principal, scope string) error {
+	q := s.quotas.Load()
+	if q == nil {
+		return nil
+	}
+	err := q.precheck(principal, scope)
+	var quota *QuotaExceeded
+	if errors.As(err, &quota) {
+		if quota.Limit == QuotaLimitRate {
+			q.count(metrics.OwnerQuotaRateLimited)
+		} else {
+			q.count(metrics.OwnerQuotaPendingLimited)
+		}
+	}
+	return err
+}
+
+func (q *ownerQuotas) precheck(principal, scope string) error {
+	cfg := q.cfg.Load()
+	lim := cfg.limitsOf(principal)
+	if !lim.Limited() {
+		return nil
+	}
+	q.mu.Lock()
+	st := q.owners[scope]
+	q.mu.Unlock()
+	if st == nil {
+		return nil
+	}
+	now := cfg.now()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if lim.MaxPendingJobs > 0 && st.loaded && st.gen == cfg.gen && now.Sub(st.countedAt) < cfg.window &&
+		st.counted+st.completed+st.inflight >= lim.MaxPendingJobs {
+		return quotaError(QuotaLimitPending, cfg.pendingRetryAfter())
+	}
+	if lim.SubmitRate > 0 && st.limiter != nil && st.limiter.Limit() == rate.Limit(lim.SubmitRate) {
+		if tokens := st.limiter.TokensAt(now); tokens < 1 {
+			return quotaError(QuotaLimitRate, time.Duration((1-tokens)/lim.SubmitRate*float64(time.Second)))
+		}
+	}
+	return nil
 }

@@ -35,13 +35,13 @@ const (
 // mightyetl_submission_rejections_total{code}: every problem code a
 // submission (intake.Submit, over HTTP or NATS) is rejected with: the
 // record validation's (etl), the key's, the principal's, key reuse, the
-// schedule headers', and a database that is unavailable or failed. NewIntake starts a zero series
+// schedule headers', the owner's quota, and a database that is unavailable or failed. NewIntake starts a zero series
 // for each, so a dashboard panel or an absent() alert sees the counter on
 // a fleet that has rejected nothing yet. Do not modify it.
 var SubmissionRejectionCodes = []string{
 	codes.InvalidJSON, codes.InvalidRecord, codes.BatchTooLarge, codes.InvalidIdempotencyKey,
 	codes.PrincipalRequired, codes.SubmissionKeyReused, codes.TargetUnavailable, codes.InternalError,
-	codes.InvalidPriority, codes.InvalidNotBefore,
+	codes.InvalidPriority, codes.InvalidNotBefore, codes.OwnerQuotaExceeded,
 }
 
 // Status classes of mightyetl_http_request_duration_seconds{status_class}.
