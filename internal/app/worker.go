@@ -102,6 +102,7 @@ func NewWorkerProcess(ctx context.Context, cfg config.Worker, provenance []confi
 		RetryBaseDelay: cfg.RetryBaseDelay, RetryMaxDelay: cfg.RetryMaxDelay, ShutdownGrace: cfg.ShutdownGrace,
 		StatementTimeout: stmtTimeout, MaxJobDuration: cfg.MaxJobDuration,
 		ChunkedSlots: chunkedSlots(cfg.ChunkedSlots), ChunkRecords: cfg.ChunkRecords, ChunkBytes: cfg.ChunkBytes,
+		ChunkConns:  cfg.ChunkConns,
 		ClaimOwners: chunkedSlots(cfg.ClaimOwners), // 0 (first-come first-served) is -1 there, as for chunked slots
 	}, exec, renew, worker.DefaultHandlers(cfg.MaxBatchRecords), m, log)
 	p := &WorkerProcess{Worker: w, Registry: reg, exec: exec, renew: renew, log: log, cfg: cfg}

@@ -12,11 +12,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/mightyetl/mightyetl/client/backoff"
 	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/etl"
 	"github.com/mightyetl/mightyetl/internal/lease"
-	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/tracing"
 )
@@ -26,6 +24,8 @@ import (
 const (
 	DefaultChunkRecords = 10000
 	DefaultChunkBytes   = 8 << 20
+	// DefaultConnections is Config.Connections' default.
+	DefaultConnections = 2
 )
 
 // chunkCommitTries bounds how often one chunk's transaction is tried when
@@ -42,14 +42,19 @@ type Config struct {
 	ChunkBytes int
 	// StatementTimeout bounds each chunk transaction (default 30s).
 	StatementTimeout time.Duration
+	// Connections is the most chunk transactions of one load open at once,
+	// each on a connection of its own (DefaultConnections): chunk i+1 copies
+	// its rows while chunk i copies or commits, and commits after it. 1
+	// loads chunk after chunk.
+	Connections int
 }
 
 // Hooks pause a Loader at exact points (tests); nil fields do nothing.
 type Hooks struct {
-	// BeforeFence runs inside each chunk transaction after its rows were
-	// written, before its fenced statement: the job row is not locked yet.
-	// chunk is as for InChunkTx.
-	BeforeFence func(ctx context.Context, chunk int64)
+	// BeforeFence runs inside each chunk transaction tx after its rows
+	// were written, before its fenced statement: the job row is not locked
+	// yet. chunk is as for InChunkTx.
+	BeforeFence func(ctx context.Context, tx pgx.Tx, chunk int64)
 	// InChunkTx runs inside each chunk transaction after its rows were
 	// written and its fenced statement locked the job row, before the
 	// checkpoint statement and the commit. chunk is the 1-based number of
@@ -76,6 +81,7 @@ func NewLoader(db *pgxpool.Pool, cfg Config) *Loader {
 	cfg.ChunkRecords = cmp.Or(cfg.ChunkRecords, DefaultChunkRecords)
 	cfg.ChunkBytes = cmp.Or(cfg.ChunkBytes, DefaultChunkBytes)
 	cfg.StatementTimeout = cmp.Or(cfg.StatementTimeout, 30*time.Second)
+	cfg.Connections = max(cmp.Or(cfg.Connections, DefaultConnections), 1)
 	return &Loader{db: db, cfg: cfg}
 }
 
@@ -132,11 +138,11 @@ func (l *Loader) readLoad(ctx context.Context, jobID uuid.UUID) (loadState, erro
 	return s, nil
 }
 
-// readAhead is how many chunks the reader may have read and transformed
-// ahead of the one committing: the next chunk is read, cut and transformed
-// on a goroutine of its own while the previous one's transaction runs, so a
-// load holds at most readAhead+2 chunks (one committing, readAhead waiting,
-// one being built).
+// readAhead is how many transformed chunks the reader may hold ready beyond
+// those whose transactions are open: the chunks are read, cut and
+// transformed on a goroutine of their own while earlier ones copy and
+// commit, so a load holds at most Connections+readAhead+1 chunks (the open
+// transactions', readAhead waiting, one being built).
 const readAhead = 1
 
 // chunk is one chunk being built, then committed.
@@ -165,7 +171,7 @@ func (c *chunk) reset(job uuid.UUID) {
 }
 
 // Load loads ref's job from its committed checkpoint to the end of its
-// payload, one chunk transaction at a time, and returns nil when every
+// payload, one transaction per chunk, and returns nil when every
 // record is committed (the caller then applies lease.SucceedChunked). It
 // stops at the next chunk boundary once ctx is done (returning
 // context.Cause(ctx)); a chunk transaction in flight then rolls back. It
@@ -173,7 +179,9 @@ func (c *chunk) reset(job uuid.UUID) {
 // nothing (stop; never retry), a *RecordError, ErrIntegrity or ErrTransient.
 //
 // The chunks commit one after the other, in payload order, each from the
-// checkpoint the previous one committed; the next chunk is read and
+// checkpoint the previous one committed (commitChunks: up to
+// Config.Connections chunk transactions are open at once, the later ones
+// copying their rows while the first commits); the next chunks are read and
 // transformed meanwhile (readAhead), and an error found while reading ends
 // the load only after the chunks before it committed, as if read in turn.
 func (l *Loader) Load(ctx context.Context, ref lease.Ref) error {
@@ -189,8 +197,9 @@ func (l *Loader) Load(ctx context.Context, ref lease.Ref) error {
 	}
 	rctx, stop := context.WithCancelCause(ctx)
 	out := make(chan *chunk, readAhead)
-	free := make(chan *chunk, readAhead+2)
-	for range readAhead + 2 {
+	held := l.cfg.Connections + readAhead + 1
+	free := make(chan *chunk, held)
+	for range held {
 		free <- &chunk{}
 	}
 	go l.read(rctx, ref, st, out, free)
@@ -199,28 +208,7 @@ func (l *Loader) Load(ctx context.Context, ref lease.Ref) error {
 		for range out { // wait for the reader to end
 		}
 	}()
-	cp := st.cp
-	for c := range out {
-		switch {
-		case c.err != nil:
-			return c.err
-		case ctx.Err() != nil:
-			return context.Cause(ctx)
-		}
-		if c.records > 0 {
-			next, err := l.commit(ctx, ref, cp, c)
-			if err != nil {
-				return err
-			}
-			cp = next
-		}
-		if c.eof {
-			return nil
-		}
-		free <- c
-	}
-	// The reader ended without a last chunk: only when rctx was done.
-	return context.Cause(ctx)
+	return l.commitChunks(ctx, ref, st.cp, out, free)
 }
 
 // errLoadEnded stops a load's reader once the load returned.
@@ -304,46 +292,6 @@ func (l *Loader) fill(ctx context.Context, rd *Reader, c *chunk, bad *int64, max
 	return nil
 }
 
-// commit commits chunk c from checkpoint cp, trying a transient database
-// failure again a few times (nothing of a failed try committed).
-func (l *Loader) commit(ctx context.Context, ref lease.Ref, cp lease.Checkpoint, c *chunk) (lease.Checkpoint, error) {
-	to := lease.Checkpoint{ChunksDone: cp.ChunksDone + 1, RecordsLoaded: cp.RecordsLoaded + int64(c.rows.Len()),
-		BadRecords: cp.BadRecords + int64(len(c.badNums)),
-		NextPart:   c.nextStart.Part, NextOffset: c.nextStart.Offset, NextRecord: c.nextStart.Record}
-	for try := 1; ; try++ {
-		err := l.commitOnce(ctx, ref, cp, to, c)
-		switch {
-		case err == nil:
-			l.observe(metrics.ChunkCommitted, int64(c.rows.Len()))
-			if l.Hooks.AfterChunkCommit != nil {
-				l.Hooks.AfterChunkCommit(to.ChunksDone)
-			}
-			return to, nil
-		case errors.Is(err, lease.ErrLost):
-			l.observe(metrics.ChunkStale, 0)
-			return cp, fmt.Errorf("commit chunk: %w", err)
-		}
-		l.observe(metrics.ChunkFailed, 0)
-		if ctx.Err() != nil {
-			return cp, context.Cause(ctx)
-		}
-		if !pg.IsTransient(err) {
-			// A row the target refused, a constraint: trying again cannot help.
-			return cp, fmt.Errorf("%w: %w", ErrTarget, err)
-		}
-		if try >= chunkCommitTries {
-			return cp, fmt.Errorf("%w: %w", ErrTransient, err)
-		}
-		t := time.NewTimer(backoff.Capped(100*time.Millisecond, 2*time.Second, try))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return cp, context.Cause(ctx)
-		}
-	}
-}
-
 // ErrTarget: the target refused a chunk's rows (a constraint or trigger);
 // the job fails etl_target_failure.
 var ErrTarget = errors.New("chunked load: target refused the rows")
@@ -352,44 +300,6 @@ func (l *Loader) observe(outcome string, loaded int64) {
 	if l.OnChunk != nil {
 		l.OnChunk(outcome, loaded)
 	}
-}
-
-const insertBadRecordsSQL = `
-INSERT INTO etl_chunked_load_bad_records (job_record_id, record_number, error_code)
-SELECT $1, b.record_number, b.error_code FROM unnest($2::bigint[], $3::text[]) AS b(record_number, error_code)`
-
-// commitOnce is one chunk transaction: the rows by COPY and the skipped
-// records, then the fenced lock of the exact lease (zero rows: lost, the
-// transaction rolls back and nothing is written), then the checkpoint under
-// the exact lease again, then commit. The fence comes last so that the job
-// row is locked only for the checkpoint and the commit, not through the
-// COPY: renewal, which skips a locked row (busy) rather than wait, finds it
-// free almost always even when the chunks follow each other without a gap,
-// and what the fence protects (no claim, cancellation or renewal of the row
-// between the lease's check and the commit) is the same.
-func (l *Loader) commitOnce(ctx context.Context, ref lease.Ref, from, to lease.Checkpoint, c *chunk) error {
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.StatementTimeout)
-	defer cancel()
-	return pg.WithTx(ctx, l.db, func(tx pgx.Tx) error {
-		if err := c.rows.Load(ctx, tx); err != nil {
-			return err
-		}
-		if len(c.badNums) > 0 {
-			if _, err := tx.Exec(ctx, insertBadRecordsSQL, ref.JobID, c.badNums, c.badCodes); err != nil {
-				return fmt.Errorf("insert bad records: %w", err)
-			}
-		}
-		if l.Hooks.BeforeFence != nil {
-			l.Hooks.BeforeFence(ctx, to.ChunksDone)
-		}
-		if err := lease.FenceChunk(ctx, tx, ref); err != nil {
-			return err
-		}
-		if l.Hooks.InChunkTx != nil {
-			l.Hooks.InChunkTx(ctx, to.ChunksDone)
-		}
-		return lease.CheckpointChunk(ctx, tx, ref, from, to, int64(c.rows.Len()), int64(len(c.badNums)))
-	})
 }
 
 func init() {

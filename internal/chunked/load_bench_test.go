@@ -2,6 +2,7 @@ package chunked_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"testing"
@@ -74,7 +75,16 @@ func appendPadded(b []byte, v, width int) []byte {
 // the worker's part of bench/large.go's end-to-end run, without the upload
 // and the claim poll. records/s is the figure; BenchmarkCopyBaseline is the
 // same rows by one COPY on the same server, to run beside it.
+//
+// Sub-benchmarks by Config.Connections: 1 loads chunk after chunk, 2 (the
+// default) copies the next chunk's rows while the previous one commits.
 func BenchmarkLoad(b *testing.B) {
+	for _, conns := range []int{1, 2} {
+		b.Run(fmt.Sprintf("connections=%d", conns), func(b *testing.B) { benchLoad(b, conns) })
+	}
+}
+
+func benchLoad(b *testing.B, conns int) {
 	n := benchRecords(b)
 	db, _ := pgtest.NewDatabase(b, pgtest.Options{MaxConns: 16})
 	ctx := context.Background()
@@ -86,7 +96,7 @@ func BenchmarkLoad(b *testing.B) {
 	for off := 0; off < len(payload); off += 16 << 20 {
 		ps = append(ps, payload[off:min(off+16<<20, len(payload))])
 	}
-	loader := chunked.NewLoader(db, chunked.Config{})
+	loader := chunked.NewLoader(db, chunked.Config{Connections: conns})
 	b.SetBytes(int64(len(payload)))
 	var total time.Duration
 	for b.Loop() {

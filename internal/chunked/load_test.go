@@ -16,6 +16,7 @@ import (
 	"github.com/mightyetl/mightyetl/internal/chunked"
 	"github.com/mightyetl/mightyetl/internal/codes"
 	"github.com/mightyetl/mightyetl/internal/lease"
+	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pg"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 	"github.com/mightyetl/mightyetl/internal/testwait"
@@ -540,7 +541,7 @@ func TestRenewalDuringAChunkCopyIsNotStarved(t *testing.T) {
 	}
 	ld := newLoader(db, 4)
 	var during, locked []lease.Renewal
-	ld.Hooks.BeforeFence = func(context.Context, int64) { during = append(during, renew()) }
+	ld.Hooks.BeforeFence = func(context.Context, pgx.Tx, int64) { during = append(during, renew()) }
 	ld.Hooks.InChunkTx = func(context.Context, int64) { locked = append(locked, renew()) }
 	if err := ld.Load(ctx, c.Ref); err != nil {
 		t.Fatal(err)
@@ -579,7 +580,7 @@ func TestClaimOrCancelDuringAChunkCopyCommitsNothingOfIt(t *testing.T) {
 			a := claimOne(t, db, "worker-a-0001", time.Minute)
 			ld := newLoader(db, 5)
 			var b lease.Claim
-			ld.Hooks.BeforeFence = func(_ context.Context, chunk int64) {
+			ld.Hooks.BeforeFence = func(_ context.Context, _ pgx.Tx, chunk int64) {
 				if chunk != 2 {
 					return
 				}
@@ -616,5 +617,95 @@ func TestClaimOrCancelDuringAChunkCopyCommitsNothingOfIt(t *testing.T) {
 				t.Fatalf("after resume: %+v", l)
 			}
 		})
+	}
+}
+
+// With one, two or three chunk transactions open at once, the chunks
+// commit in payload order, each once, from the checkpoint before it.
+func TestConnectionsCommitInOrder(t *testing.T) {
+	db, _ := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	for _, conns := range []int{1, 2, 3} {
+		t.Run(fmt.Sprint(conns), func(t *testing.T) {
+			const n = 25
+			job, _ := pgtest.InsertChunkedUpload(t, db, pgtest.ChunkedUpload{Parts: parts(payload(chunked.FormatJSONL, n), 4), ChunkSize: 7})
+			c := claimOne(t, db, "worker-a-0001", time.Minute)
+			ld := chunked.NewLoader(db, chunked.Config{ChunkRecords: 3, ChunkBytes: 1 << 20, Connections: conns})
+			var order []int64
+			ld.Hooks.AfterChunkCommit = func(chunk int64) { order = append(order, chunk) }
+			if err := ld.Load(ctx, c.Ref); err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(order) != "[1 2 3 4 5 6 7 8 9]" {
+				t.Fatalf("chunks committed in the order %v", order)
+			}
+			if err := lease.SucceedChunked(ctx, db, c.Ref); err != nil {
+				t.Fatal(err)
+			}
+			if l := readLoad(t, db, job); l.chunks != 9 || l.loaded != n || l.visible != n || l.distinct != n {
+				t.Fatalf("%+v", l)
+			}
+		})
+	}
+}
+
+// A chunk whose transaction fails transiently (its connection is
+// terminated just before its fence) while the next chunk's transaction is
+// open: both roll back, the failed chunk is tried again alone, the next one
+// is opened again after it, and every record is loaded once.
+func TestTransientChunkFailureWithTheNextChunkOpen(t *testing.T) {
+	db, url := pgtest.NewDatabase(t)
+	other := pgtest.NewPool(t, url, 2)
+	ctx := context.Background()
+	const n = 12
+	job, _ := pgtest.InsertChunkedUpload(t, db, pgtest.ChunkedUpload{Parts: parts(payload(chunked.FormatJSONL, n), 2)})
+	c := claimOne(t, db, "worker-a-0001", time.Minute)
+	ld := chunked.NewLoader(db, chunked.Config{ChunkRecords: 4, ChunkBytes: 1 << 20, Connections: 2})
+	var mu sync.Mutex
+	outcomes := map[string]int{}
+	ld.OnChunk = func(outcome string, _ int64) {
+		mu.Lock()
+		outcomes[outcome]++
+		mu.Unlock()
+	}
+	tries := 0
+	ld.Hooks.BeforeFence = func(ctx context.Context, tx pgx.Tx, chunk int64) {
+		if chunk != 2 {
+			return
+		}
+		tries++
+		if tries > 1 {
+			return
+		}
+		var pid int
+		if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+			t.Error(err)
+			return
+		}
+		testwait.For(t, 30*time.Second, "chunk 3's transaction to be open beside chunk 2's", func() bool {
+			var open int
+			err := other.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND xact_start IS NOT NULL AND pid NOT IN (pg_backend_pid(), $1)`, pid).Scan(&open)
+			return err == nil && open == 1
+		})
+		var killed bool
+		if err := other.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&killed); err != nil || !killed {
+			t.Errorf("terminate chunk 2's backend: %v %v", killed, err)
+		}
+	}
+	if err := ld.Load(ctx, c.Ref); err != nil {
+		t.Fatal(err)
+	}
+	if tries != 2 {
+		t.Fatalf("chunk 2 reached its fence %d times, want 2", tries)
+	}
+	if outcomes[metrics.ChunkCommitted] != 3 || outcomes[metrics.ChunkFailed] != 1 || outcomes[metrics.ChunkStale] != 0 {
+		t.Fatalf("chunk outcomes %v", outcomes)
+	}
+	if err := lease.SucceedChunked(ctx, db, c.Ref); err != nil {
+		t.Fatal(err)
+	}
+	if l := readLoad(t, db, job); l.chunks != 3 || l.loaded != n || l.visible != n || l.distinct != n || l.rows != n {
+		t.Fatalf("%+v", l)
 	}
 }

@@ -90,6 +90,7 @@ func TestBadValuesNameTheSettingAndRange(t *testing.T) {
 		"MIGHTYETL_CHUNK_RECORDS":        {"MIGHTYETL_CHUNK_RECORDS": "0"},
 		"MIGHTYETL_CLAIM_OWNERS":         {"MIGHTYETL_CLAIM_OWNERS": "1001"},
 		"MIGHTYETL_CHUNK_BYTES":          {"MIGHTYETL_CHUNK_BYTES": "1024"},
+		"MIGHTYETL_CHUNK_CONNECTIONS":    {"MIGHTYETL_CHUNK_CONNECTIONS": "17"},
 	}
 	for name, e := range cases {
 		_, _, err := LoadWorker(nil, env(e))

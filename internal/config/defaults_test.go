@@ -77,6 +77,7 @@ func TestWorkerDefaultsAreTheLibraryDefaults(t *testing.T) {
 		{"MIGHTYETL_CLAIM_OWNERS", c.ClaimOwners, w.ClaimOwners},
 		{"MIGHTYETL_CHUNK_RECORDS", c.ChunkRecords, w.ChunkRecords},
 		{"MIGHTYETL_CHUNK_BYTES", c.ChunkBytes, w.ChunkBytes},
+		{"MIGHTYETL_CHUNK_CONNECTIONS", c.ChunkConns, w.ChunkConns},
 		{"MIGHTYETL_MAX_ATTEMPTS (worker and intake)", c.MaxAttempts, intake.Options{}.WithDefaults().MaxAttempts},
 		{"MIGHTYETL_WORKER_POLL_INTERVAL (intake's Retry-After)", c.PollInterval, httpapi.Options{}.WithDefaults().PollInterval},
 		// worker.DefaultOwnerID: host-pid-random; the random part differs.

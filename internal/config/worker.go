@@ -52,6 +52,7 @@ type Worker struct {
 	ChunkedSlots    int           // MIGHTYETL_WORKER_CHUNKED_SLOTS, default 2 (0..64; 0: no chunked jobs)
 	ChunkRecords    int           // MIGHTYETL_CHUNK_RECORDS, default 10000 (1..1000000)
 	ChunkBytes      int           // MIGHTYETL_CHUNK_BYTES, default 8 MiB (64 KiB..256 MiB); also the longest record
+	ChunkConns      int           // MIGHTYETL_CHUNK_CONNECTIONS, default 2 (1..16): chunk transactions of one load open at once
 	NATS            NATS          // NATS_URL and friends; empty URL: polling only
 	Maintenance     Maintenance   // MIGHTYETL_MAINTENANCE_* and MIGHTYETL_PRUNE_*: built-in retention
 }
@@ -91,6 +92,8 @@ func RegisterWorker(l *Loader, dst *Worker) {
 		"records per chunk transaction of a large job")
 	l.Int(&dst.ChunkBytes, "MIGHTYETL_CHUNK_BYTES", "chunk-bytes", chunked.DefaultChunkBytes, 64<<10, 256<<20,
 		"payload bytes per chunk transaction of a large job, and the longest record")
+	l.Int(&dst.ChunkConns, "MIGHTYETL_CHUNK_CONNECTIONS", "chunk-connections", chunked.DefaultConnections, 1, 16,
+		"chunk transactions of one large job open at once, each on a connection of its own (they still commit in order)")
 	RegisterNATS(l, &dst.NATS)
 	RegisterMaintenance(l, &dst.Maintenance)
 }

@@ -49,7 +49,7 @@ func newChunkedRoles(c *Config, exec, renew *pgxpool.Pool, m *metrics.Worker, lo
 	cm := *m
 	cm.RunningJobs = m.RunningChunkedJobs
 	ch.loader = chunked.NewLoader(exec, chunked.Config{ChunkRecords: c.ChunkRecords, ChunkBytes: c.ChunkBytes,
-		StatementTimeout: c.StatementTimeout})
+		Connections: c.ChunkConns, StatementTimeout: c.StatementTimeout})
 	ch.loader.OnChunk = func(outcome string, loaded int64) {
 		m.ChunkCommits.WithLabelValues(outcome).Inc()
 		if loaded > 0 {

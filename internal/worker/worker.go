@@ -139,6 +139,11 @@ type Config struct {
 	// ChunkBytes also bounds one record (chunked.DefaultChunkRecords,
 	// chunked.DefaultChunkBytes; MIGHTYETL_CHUNK_RECORDS, MIGHTYETL_CHUNK_BYTES).
 	ChunkRecords, ChunkBytes int
+	// ChunkConns is the most chunk transactions of one chunked job open at
+	// once, each on a connection of the execution pool; they commit in
+	// order (chunked.Config.Connections, chunked.DefaultConnections;
+	// MIGHTYETL_CHUNK_CONNECTIONS).
+	ChunkConns int
 }
 
 // maxLive bounds the claims a worker holds at once: Concurrency running
@@ -180,6 +185,7 @@ func (c Config) WithDefaults() Config {
 	c.ChunkedSlots = cmp.Or(c.ChunkedSlots, DefaultChunkedSlots)
 	c.ChunkRecords = cmp.Or(c.ChunkRecords, chunked.DefaultChunkRecords)
 	c.ChunkBytes = cmp.Or(c.ChunkBytes, chunked.DefaultChunkBytes)
+	c.ChunkConns = cmp.Or(c.ChunkConns, chunked.DefaultConnections)
 	if c.OwnerID == "" {
 		c.OwnerID = DefaultOwnerID()
 	}
