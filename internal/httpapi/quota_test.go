@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,29 +12,8 @@ import (
 	"github.com/mightyetl/mightyetl/internal/intake"
 	"github.com/mightyetl/mightyetl/internal/lease"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
+	"github.com/mightyetl/mightyetl/internal/testclock"
 )
-
-// manualClock is a clock tests move by hand (intake.QuotaOptions.Now).
-type manualClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newManualClock() *manualClock {
-	return &manualClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 func withQuotas(q intake.QuotaOptions) envOption {
 	return func(_ *Options, so *intake.Options) { so.Quotas = q }
@@ -66,7 +44,7 @@ func quotaKey(i int) string { return fmt.Sprintf("quota-key-%010d", i) }
 // injected clock), the owner is admitted again.
 func TestOwnerPendingCapOverHTTP(t *testing.T) {
 	t.Parallel()
-	clock := newManualClock()
+	clock := testclock.New()
 	e := newEnv(t, withQuotas(intake.QuotaOptions{Default: intake.OwnerLimits{MaxPendingJobs: 3}, Now: clock.Now}))
 	jobs := func() int { return e.count(`SELECT count(*) FROM etl_job_records`) }
 	for i := 1; i <= 3; i++ {
@@ -130,7 +108,7 @@ func TestOwnerPendingCapOverHTTP(t *testing.T) {
 // principal unlimited.
 func TestOwnerSubmitRateOverHTTP(t *testing.T) {
 	t.Parallel()
-	clock := newManualClock()
+	clock := testclock.New()
 	e := newEnv(t, withQuotas(intake.QuotaOptions{
 		Default: intake.OwnerLimits{SubmitRate: 1, SubmitBurst: 2},
 		Overrides: map[string]intake.OwnerLimits{

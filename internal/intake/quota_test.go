@@ -10,26 +10,9 @@ import (
 
 	"github.com/mightyetl/mightyetl/internal/metrics"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
+	"github.com/mightyetl/mightyetl/internal/testclock"
 	"github.com/prometheus/client_golang/prometheus"
 )
-
-// quotaClock is a clock moved by hand.
-type quotaClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *quotaClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *quotaClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 func quotaSubmit(s *Service, principal string, i int) error {
 	_, err := s.Submit(context.Background(), SubmitRequest{Principal: principal,
@@ -44,7 +27,7 @@ func quotaSubmit(s *Service, principal string, i int) error {
 // the first count.
 func TestPendingCapIsExactUnderConcurrency(t *testing.T) {
 	t.Parallel()
-	clock := &quotaClock{now: time.Unix(1e9, 0)}
+	clock := testclock.New()
 	s, pool := newService(t, func(o *Options) {
 		o.Quotas = QuotaOptions{Default: OwnerLimits{MaxPendingJobs: 5}, Now: clock.Now}
 	})
@@ -96,7 +79,7 @@ func TestPendingCapIsExactUnderConcurrency(t *testing.T) {
 // an invalid configuration is refused and changes nothing.
 func TestSetQuotasReconfigures(t *testing.T) {
 	t.Parallel()
-	clock := &quotaClock{now: time.Unix(1e9, 0)}
+	clock := testclock.New()
 	s, _ := newService(t, func(o *Options) {
 		o.Quotas = QuotaOptions{Default: OwnerLimits{MaxPendingJobs: 1}, Now: clock.Now}
 	})
@@ -155,7 +138,7 @@ func TestOwnerLimits(t *testing.T) {
 // the window) is refused, an unknown owner or one with room is let through.
 func TestPrecheckOwner(t *testing.T) {
 	t.Parallel()
-	clock := &quotaClock{now: time.Unix(1e9, 0)}
+	clock := testclock.New()
 	s, _ := newService(t, func(o *Options) {
 		o.Quotas = QuotaOptions{
 			Default:   OwnerLimits{SubmitRate: 0.5, SubmitBurst: 1},
@@ -202,7 +185,7 @@ func TestPrecheckOwner(t *testing.T) {
 // for comparison, a Service without quotas.
 func BenchmarkOwnerQuotaAdmit(b *testing.B) {
 	pool, _ := pgtest.NewDatabase(b)
-	clock := &quotaClock{now: time.Unix(1e9, 0)}
+	clock := testclock.New()
 	for _, c := range []struct {
 		name string
 		q    QuotaOptions

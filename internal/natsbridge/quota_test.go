@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,26 +18,9 @@ import (
 	"github.com/mightyetl/mightyetl/internal/natsbridge"
 	"github.com/mightyetl/mightyetl/internal/outbox"
 	"github.com/mightyetl/mightyetl/internal/pgtest"
+	"github.com/mightyetl/mightyetl/internal/testclock"
 	"github.com/mightyetl/mightyetl/internal/testwait"
 )
-
-// quotaClock is a clock moved by hand (intake.QuotaOptions.Now).
-type quotaClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *quotaClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *quotaClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // quotaBridge starts a request bridge in front of an intake with quotas q
 // and returns a channel of the rejections published on its prefix.
@@ -118,7 +100,7 @@ func natsQuotaKey(i int) string { return fmt.Sprintf("nats-quota-key-%05d", i) }
 func TestRequestPendingCap(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	clock := &quotaClock{now: time.Unix(1e9, 0)}
+	clock := testclock.New()
 	rejections := quotaBridge(t, b, intake.QuotaOptions{Default: intake.OwnerLimits{MaxPendingJobs: 2}, Now: clock.Now})
 	subject := b.prefix + ".requests.alice"
 	publish(t, b.js, subject, natsQuotaKey(1), `[{"id":"a1"}]`)
@@ -152,7 +134,7 @@ func TestRequestPendingCap(t *testing.T) {
 func TestRequestSubmitRate(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	clock := &quotaClock{now: time.Unix(1e9, 0)}
+	clock := testclock.New()
 	rejections := quotaBridge(t, b, intake.QuotaOptions{Default: intake.OwnerLimits{SubmitRate: 0.001, SubmitBurst: 2}, Now: clock.Now})
 	subject := b.prefix + ".requests.bob"
 	publish(t, b.js, subject, natsQuotaKey(1), `[{"id":"b1"}]`)
