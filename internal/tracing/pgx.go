@@ -70,3 +70,42 @@ func (PGXTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQ
 	}
 	span.End()
 }
+
+// TraceBatchStart starts a batch's span, "db.batch" (a worker's claim is
+// sent as BEGIN, SET LOCAL and the claim in one batch).
+func (PGXTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	if !trace.SpanFromContext(ctx).SpanContext().IsValid() {
+		return ctx
+	}
+	ctx, _ = Tracer().Start(ctx, "db.batch", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("db.system.name", "postgresql")))
+	return ctx
+}
+
+// TraceBatchQuery records one statement of the batch as a child span named
+// by StatementName, ended when its result is read (pgx reports no start of
+// its own), with the affected row count.
+func (PGXTracer) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return
+	}
+	_, span := Tracer().Start(ctx, StatementName(data.SQL), trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("db.system.name", "postgresql")))
+	span.SetAttributes(attribute.Int64("db.response.rows", data.CommandTag.RowsAffected()))
+	if data.Err != nil {
+		span.SetStatus(codes.Error, "")
+	}
+	span.End()
+}
+
+// TraceBatchEnd ends the batch's span.
+func (PGXTracer) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchEndData) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	if data.Err != nil {
+		span.SetStatus(codes.Error, "")
+	}
+	span.End()
+}
