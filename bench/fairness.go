@@ -905,6 +905,7 @@ func (h *harness) timeClaims(ctx context.Context, into map[string]float64) error
 	defer conn.Release()
 	const owner = "bench-fairness-claimer"
 	lat := map[string][]time.Duration{}
+	claimed, short := map[string]int{}, map[string]int{}
 	for round := range o.ScaleRounds + 20 {
 		for _, limit := range o.ScaleLimits {
 			for _, k := range claimKinds {
@@ -914,12 +915,20 @@ func (h *harness) timeClaims(ctx context.Context, into map[string]float64) error
 				if err != nil {
 					return err
 				}
-				if len(res.Claimed) != limit {
+				// The fair claim may come back short (jobs its owners'
+				// part took come back in its first-come first-served
+				// tail and count against the limit: internal/lease,
+				// fairClaimSQL); how short is reported, never hidden.
+				if len(res.Claimed) == 0 || len(res.Claimed) > limit {
 					return fmt.Errorf("%s claimed %d of %d", k.name, len(res.Claimed), limit)
 				}
 				if round >= 20 {
 					key := fmt.Sprintf("%s_limit%d", k.name, limit)
 					lat[key] = append(lat[key], d)
+					claimed[key] += len(res.Claimed)
+					if len(res.Claimed) < limit {
+						short[key]++
+					}
 				}
 				ids, claims := make([]uuid.UUID, len(res.Claimed)), make([]uuid.UUID, len(res.Claimed))
 				for i, c := range res.Claimed {
@@ -937,6 +946,8 @@ func (h *harness) timeClaims(ctx context.Context, into map[string]float64) error
 	}
 	for key, ds := range lat {
 		percentiles(key+"_claim", ds, into)
+		into[key+"_claimed_mean"] = float64(claimed[key]) / float64(len(ds))
+		into[key+"_short_claims"] = float64(short[key])
 	}
 	return nil
 }

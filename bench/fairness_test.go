@@ -105,7 +105,11 @@ func TestFairnessSmoke(t *testing.T) {
 				t.Errorf("%s: the smallest owner's claims sit at %.2f of the claim order on average, want early (< 0.4)", r.Variant, m["smallest_owner_mean_claim_position"])
 			}
 		case "claim-latency/small-1-owner", "claim-latency/small-100-owners", "claim-latency/large-100-owners":
-			positive("fair32_limit10_claim_p50_ms", "fair32_limit10_claim_p99_ms", "fifo_limit10_claim_p50_ms")
+			positive("fair32_limit10_claim_p50_ms", "fair32_limit10_claim_p99_ms", "fifo_limit10_claim_p50_ms", "fair32_limit10_claimed_mean")
+			// First-come first-served claims are never short.
+			if m["fifo_limit10_claimed_mean"] != 10 || m["fifo_limit10_short_claims"] != 0 {
+				t.Errorf("%s: FIFO claims of 10 took %v on average (%v short)", r.Variant, m["fifo_limit10_claimed_mean"], m["fifo_limit10_short_claims"])
+			}
 			want := map[bool]float64{true: 2000, false: 200}[strings.Contains(r.Variant, "large")]
 			if m["claimable_rows"] != want || m["fair32_limit10_claim_samples"] != 10 {
 				t.Errorf("%s: %v claimable rows, %v samples; want %v and 10", r.Variant, m["claimable_rows"], m["fair32_limit10_claim_samples"], want)
