@@ -319,6 +319,9 @@ GRANT SELECT, DELETE, INSERT (upload_id, part_number, part_attempt_id, part_byte
     ON TABLE etl_upload_parts TO mightyetl_intake_role;
 GRANT SELECT, INSERT, DELETE ON TABLE etl_upload_chunks TO mightyetl_intake_role;
 GRANT INSERT ON TABLE etl_chunked_job_queue TO mightyetl_intake_role;
+-- The pending-jobs quota counts an owner's unfinished large jobs through
+-- their queue rows (pg.CountOwnerPendingJobs).
+GRANT SELECT (job_record_id) ON TABLE etl_chunked_job_queue TO mightyetl_intake_role;
 GRANT SELECT, INSERT (job_record_id, upload_id, load_format, max_bad_records, payload_bytes, records_total)
     ON TABLE etl_chunked_loads TO mightyetl_intake_role;
 GRANT SELECT ON TABLE etl_chunked_load_bad_records TO mightyetl_intake_role;

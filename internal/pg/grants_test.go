@@ -222,6 +222,10 @@ func TestIntakeRoleRunsItsStoreFunctionsAndNothingMore(t *testing.T) {
 	if list, err := pg.ListJobs(ctx, ip, pg.ListParams{PrincipalScopeHash: owner, Limit: 10}); err != nil || len(list) != 2 {
 		t.Fatalf("list as intake: %d jobs, %v", len(list), err)
 	}
+	// The pending-jobs quota's count (migration 00025's owner index).
+	if n, err := pg.CountOwnerPendingJobs(ctx, ip, owner, 100); err != nil || n != 2 {
+		t.Fatalf("pending count as intake: %d, %v", n, err)
+	}
 
 	// A worker (the admin here) claims one job; the intake cancels it
 	// (RUNNING) and the other (PENDING) through etl_cancel_job.

@@ -17,7 +17,8 @@ import (
 //   - jobs of the claim queue (one row per PENDING or RUNNING job) in the
 //     owner's slot ($1, OwnerSlot): an index-only walk of the owner's
 //     prefix of etl_job_claim_queue_owner_index (migration 00025), at most
-//     $3 entries. The ORDER BY is the index's own order: it costs nothing
+//     $3 entries. The ORDER BY is a prefix of the index's order (not its
+//     job_record_id, which the intake role may not read): it costs nothing
 //     on the index and keeps the planner off a sequential scan, which for
 //     an owner the statistics think owns most of the queue would otherwise
 //     look cheaper (and read the whole table when they are wrong). Rows
@@ -33,7 +34,7 @@ const countOwnerPendingSQL = `
 SELECT (SELECT count(*) FROM (
             SELECT 1 FROM etl_job_claim_queue q
             WHERE q.owner_slot = $1
-            ORDER BY q.priority, q.claimable_at, q.job_record_id
+            ORDER BY q.priority, q.claimable_at
             LIMIT $3) queued)
      + (SELECT count(*) FROM (
             SELECT 1 FROM etl_chunked_job_queue c
