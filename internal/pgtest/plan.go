@@ -14,6 +14,8 @@ type PlanNode struct {
 	ScanDirection string  `json:"Scan Direction"`
 	ActualRows    float64 `json:"Actual Rows"`
 	ActualLoops   float64 `json:"Actual Loops"`
+	// RowsRemovedByFilter is per loop, as ActualRows.
+	RowsRemovedByFilter float64 `json:"Rows Removed by Filter"`
 }
 
 // PlanNodes parses the output of EXPLAIN (ANALYZE, FORMAT JSON) and returns
