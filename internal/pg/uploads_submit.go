@@ -1,6 +1,7 @@
 package pg
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -402,17 +403,63 @@ func readPartAttempts(ctx context.Context, db DBTX, uploadID uuid.UUID) ([]partA
 // scanPayload reads the upload's stored payload once, in order, and returns
 // its SHA-256, its byte count and its records when they are cheap to count
 // (nil otherwise; see RecordCounter).
+//
+// The stored chunks are read on a goroutine of its own, one buffer ahead of
+// the hashing and counting, so the database's reads and the hashing
+// overlap; at most scanBuffers buffers of scanBufferBytes are held.
 func scanPayload(ctx context.Context, db DBTX, uploadID uuid.UUID, format string) (sum []byte, records *int64, n int64, err error) {
-	r := StreamPayload(ctx, db, uploadID, 1, 0)
-	defer r.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	full := make(chan []byte, scanBuffers-1)
+	empty := make(chan []byte, scanBuffers)
+	for range scanBuffers {
+		empty <- make([]byte, scanBufferBytes)
+	}
+	var readErr error
+	go func() {
+		defer close(full)
+		r := StreamPayload(ctx, db, uploadID, 1, 0)
+		defer r.Close()
+		for {
+			var buf []byte
+			select {
+			case buf = <-empty:
+			case <-ctx.Done():
+				readErr = ctx.Err()
+				return
+			}
+			k, err := io.ReadFull(r, buf)
+			if k > 0 {
+				full <- buf[:k]
+			}
+			if err != nil {
+				if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+					readErr = err
+				}
+				return
+			}
+		}
+	}()
 	h := sha256.New()
 	rc := NewRecordCounter(format)
-	n, err = io.Copy(io.MultiWriter(h, rc), r)
-	if err != nil {
-		return nil, nil, 0, fmt.Errorf("submit upload: read payload: %w", err)
+	for buf := range full {
+		h.Write(buf)
+		_, _ = rc.Write(buf)
+		n += int64(len(buf))
+		empty <- buf[:cap(buf)]
+	}
+	// full is closed: the reader ended, and readErr is set before.
+	if readErr != nil {
+		return nil, nil, 0, fmt.Errorf("submit upload: read payload: %w", readErr)
 	}
 	return h.Sum(nil), rc.Records(), n, nil
 }
+
+// scanPayload's read-ahead: buffers and their size.
+const (
+	scanBuffers     = 3
+	scanBufferBytes = 1 << 20
+)
 
 // RecordCounter counts the records of a payload as its bytes stream
 // through Write, without parsing them: for JSON Lines the lines holding
@@ -453,17 +500,30 @@ func NewRecordCounter(format string) *RecordCounter {
 // Write counts p's records; it never fails.
 func (c *RecordCounter) Write(p []byte) (int, error) {
 	if !c.array {
-		for _, b := range p {
-			switch b {
-			case '\n':
-				if c.lineFull {
-					c.lines++
-				}
-				c.lineFull = false
-			case ' ', '\t', '\r':
-			default:
-				c.lineFull = true
+		// Line by line: a line's first byte is usually not blank, so the
+		// cost is finding the line ends (bytes.IndexByte).
+		for rest := p; len(rest) > 0; {
+			end := bytes.IndexByte(rest, '\n')
+			line := rest
+			if end >= 0 {
+				line = rest[:end]
 			}
+			if !c.lineFull {
+				for _, b := range line {
+					if b != ' ' && b != '\t' && b != '\r' {
+						c.lineFull = true
+						break
+					}
+				}
+			}
+			if end < 0 {
+				break
+			}
+			if c.lineFull {
+				c.lines++
+			}
+			c.lineFull = false
+			rest = rest[end+1:]
 		}
 		return len(p), nil
 	}
