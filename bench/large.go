@@ -19,6 +19,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // The large scenario (issue 32, docs/performance.md "Large jobs"): N records
@@ -45,6 +46,8 @@ type largeOptions struct {
 	Lease time.Duration `json:"lease_ns,omitempty"`
 	// ChunkRecords is MIGHTYETL_CHUNK_RECORDS (0: the worker's default).
 	ChunkRecords int `json:"chunk_records,omitempty"`
+	// ChunkConns is MIGHTYETL_CHUNK_CONNECTIONS (0: the worker's default).
+	ChunkConns int `json:"chunk_connections,omitempty"`
 	// Timeout bounds each run's wait for the job (0: 10 minutes plus 1 ms
 	// per record).
 	Timeout time.Duration `json:"timeout_ns,omitempty"`
@@ -56,11 +59,16 @@ func addLargeFlags(fs *flag.FlagSet, o *largeOptions) {
 	fs.BoolVar(&o.Crash, "large-crash", true, "large: also run the variant that SIGKILLs the worker near 50%")
 	fs.DurationVar(&o.Lease, "large-lease", 0, "large: the workers' MIGHTYETL_LEASE_DURATION (0: the product default)")
 	fs.IntVar(&o.ChunkRecords, "large-chunk-records", 0, "large: the workers' MIGHTYETL_CHUNK_RECORDS (0: the product default)")
+	fs.IntVar(&o.ChunkConns, "large-chunk-connections", 0, "large: the workers' MIGHTYETL_CHUNK_CONNECTIONS (0: the product default)")
 	fs.DurationVar(&o.Timeout, "large-timeout", 0, "large: how long a run may wait for its job (0: 10m plus 1ms per record)")
 }
 
-// largeJobID is the job_record_id the COPY baseline's rows carry.
-var largeCopyJobID = uuid.MustParse("3a7c0000-0000-4000-8000-000000000032")
+// largeCopyJobID is the job_record_id the COPY baseline's rows carry, as a
+// pgtype.UUID: pgx encodes it directly, where a uuid.UUID goes through its
+// text form and a failed binary plan (an error value built per row), which
+// slowed the baseline's client by about a fifth (internal/chunked's
+// BenchmarkCopyBaseline) and so flattered the ratios before 2026-12-02.
+var largeCopyJobID = pgtype.UUID{Bytes: uuid.MustParse("3a7c0000-0000-4000-8000-000000000032"), Valid: true}
 
 // appendLargeRecord appends record i (1-based) as one line of JSON Lines:
 // {"id":"r<i, 9 digits>","name":"jane doe","email":"Jane.Doe@Example.com",
@@ -98,7 +106,8 @@ func appendAmount(b []byte, i int) []byte {
 }
 
 func appendPadded(b []byte, v, width int) []byte {
-	s := strconv.Itoa(v)
+	var digits [20]byte
+	s := strconv.AppendInt(digits[:0], int64(v), 10)
 	for range width - len(s) {
 		b = append(b, '0')
 	}
@@ -109,7 +118,8 @@ func appendPadded(b []byte, v, width int) []byte {
 // is read (never held whole).
 type largeStream struct {
 	n, next int
-	pending []byte
+	buf     []byte // the record being sent (its memory reused)
+	pending []byte // what of it is not read yet
 }
 
 func newLargeStream(n int) *largeStream { return &largeStream{n: n, next: 1} }
@@ -121,7 +131,8 @@ func (s *largeStream) Read(p []byte) (int, error) {
 			if s.next > s.n {
 				break
 			}
-			s.pending = appendLargeRecord(s.pending[:0], s.next)
+			s.buf = appendLargeRecord(s.buf[:0], s.next)
+			s.pending = s.buf
 			s.next++
 		}
 		c := copy(p[w:], s.pending)
@@ -387,6 +398,12 @@ func (h *harness) largeRun(ctx context.Context, o largeOptions, crash bool) (res
 	} else {
 		res.Settings["chunk_records"] = "product default"
 	}
+	if o.ChunkConns > 0 {
+		env = append(env, "MIGHTYETL_CHUNK_CONNECTIONS="+itoa(o.ChunkConns))
+		res.Settings["chunk_connections"] = itoa(o.ChunkConns)
+	} else {
+		res.Settings["chunk_connections"] = "product default"
+	}
 	suffix := randomHex(4)
 	worker, err := h.startBinary(ctx, "bench-large-a-"+suffix, env...)
 	if err != nil {
@@ -415,6 +432,8 @@ func (h *harness) largeRun(ctx context.Context, o largeOptions, crash bool) (res
 	res.Metrics["payload_bytes"] = float64(up.bytes)
 	res.Metrics["parts"] = float64(up.parts)
 	res.Metrics["upload_s"] = uploaded.Seconds()
+	res.Metrics["upload_put_s"] = up.put.Seconds()
+	res.Metrics["upload_submit_s"] = up.submit.Seconds()
 	res.Metrics["upload_mib_per_s"] = float64(up.bytes) / (1 << 20) / uploaded.Seconds()
 
 	deadline := time.Now().Add(o.Timeout)
@@ -554,6 +573,9 @@ func (h *harness) largeCrash(ctx context.Context, job uuid.UUID, o largeOptions,
 type largeUploaded struct {
 	job          uuid.UUID
 	bytes, parts int64
+	// put is the time of the parts' PUT requests (not their generation),
+	// submit the time of POST …/jobs (the payload's verification).
+	put, submit time.Duration
 }
 
 // largeUpload creates an upload, PUTs the n records as parts of partBytes
@@ -586,18 +608,22 @@ func largeUpload(ctx context.Context, client *http.Client, base, authorization s
 		up.bytes += int64(k)
 		hdr := map[string]string{"X-Part-SHA256": hex.EncodeToString(sum[:]), "Content-Type": "application/octet-stream"}
 		url := fmt.Sprintf("%s/api/etl/uploads/%s/parts/%d", base, created.UploadID, up.parts)
+		t := time.Now()
 		if err := largeCall(ctx, client, http.MethodPut, url, authorization, hdr, bytes.NewReader(part), http.StatusOK, nil); err != nil {
 			return up, fmt.Errorf("put part %d: %w", up.parts, err)
 		}
+		up.put += time.Since(t)
 	}
 	body, _ := json.Marshal(map[string]any{"sha256": hex.EncodeToString(whole.Sum(nil)), "maxBadRecords": 0})
 	var job struct {
 		JobRecordID string `json:"jobRecordId"`
 	}
+	t := time.Now()
 	if err := largeCall(ctx, client, http.MethodPost, base+"/api/etl/uploads/"+created.UploadID+"/jobs", authorization,
 		map[string]string{"Idempotency-Key": "bench-large-" + randomHex(8)}, bytes.NewReader(body), http.StatusAccepted, &job); err != nil {
 		return up, fmt.Errorf("submit upload: %w", err)
 	}
+	up.submit = time.Since(t)
 	id, err := uuid.Parse(job.JobRecordID)
 	if err != nil {
 		return up, fmt.Errorf("submit upload: job id %q: %w", job.JobRecordID, err)
