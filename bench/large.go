@@ -65,9 +65,9 @@ func addLargeFlags(fs *flag.FlagSet, o *largeOptions) {
 
 // largeCopyJobID is the job_record_id the COPY baseline's rows carry, as a
 // pgtype.UUID: pgx encodes it directly, where a uuid.UUID goes through its
-// text form and a failed binary plan (an error value built per row), which
-// slowed the baseline's client by about a fifth (internal/chunked's
-// BenchmarkCopyBaseline) and so flattered the ratios before 2026-12-02.
+// text form and a failed binary plan (an error value built per row, about
+// half the baseline client's CPU; its effect on the COPY's time was within
+// the noise in internal/chunked's BenchmarkCopyBaseline).
 var largeCopyJobID = pgtype.UUID{Bytes: uuid.MustParse("3a7c0000-0000-4000-8000-000000000032"), Valid: true}
 
 // appendLargeRecord appends record i (1-based) as one line of JSON Lines:
