@@ -13,6 +13,11 @@
 //     Transform. Both are pure, deterministic and safe for concurrent use.
 //   - [LoadRows] writes rows into processed_data inside the caller's transaction.
 //
+// Large (chunked) loads use the one-record form: [AppendRecord] is Process of a one-record
+// batch, appending the row's text and JSON to caller buffers (the common flat record in one
+// pass without allocation), and [CopyRows] holds one job's rows as binary COPY tuples built
+// as the records are transformed, loaded by one COPY in the caller's transaction.
+//
 // Rejections are reported as *[Error], whose Code is one of [codes.InvalidJSON],
 // [codes.InvalidRecord] and [codes.BatchTooLarge]; its Error text never contains payload data.
 // Only httpapi turns a code into problem+json.
