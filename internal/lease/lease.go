@@ -672,6 +672,21 @@ func InspectLost(ctx context.Context, db pg.DBTX, jobID uuid.UUID) (LostState, e
 	return st, nil
 }
 
+// SucceededAt reports whether job jobID is SUCCEEDED at attempt attempt.
+// Every claim counts one more attempt, so for the caller's own claim's
+// attempt that means its own success committed: the check of a worker whose
+// success write committed without the answer reaching it, and whose retry
+// matched nothing (ErrLost).
+func SucceededAt(ctx context.Context, db pg.DBTX, jobID uuid.UUID, attempt int) (bool, error) {
+	var ok bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM etl_job_records
+		WHERE job_record_id = $1 AND job_status = 'SUCCEEDED' AND attempt_count = $2)`, jobID, attempt).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("read job outcome: %w", err)
+	}
+	return ok, nil
+}
+
 // Statement names for database spans (never the SQL text).
 func init() {
 	tracing.RegisterStatement("lease.claim", claimSQL)

@@ -17,6 +17,7 @@ type Proxy struct {
 	ln     net.Listener
 	mu     sync.Mutex
 	cut    bool
+	held   bool // HoldReplies: the server's bytes are dropped
 	conns  map[net.Conn]struct{}
 	wg     sync.WaitGroup
 }
@@ -57,11 +58,28 @@ func (p *Proxy) Cut() {
 	}
 }
 
-// Restore lets connections through again.
+// HoldReplies drops everything the server sends on every proxied
+// connection, open now or later, until Restore, while the clients' bytes
+// still reach the server: a request (a COMMIT) takes effect and its answer
+// is lost, as when a connection breaks after the server received it.
+func (p *Proxy) HoldReplies() {
+	p.mu.Lock()
+	p.held = true
+	p.mu.Unlock()
+}
+
+// Restore lets connections through again (after Cut or HoldReplies).
 func (p *Proxy) Restore() {
 	p.mu.Lock()
-	p.cut = false
+	p.cut, p.held = false, false
 	p.mu.Unlock()
+}
+
+// holding reports whether the server's bytes are dropped now.
+func (p *Proxy) holding() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held
 }
 
 func (p *Proxy) accept() {
@@ -87,14 +105,31 @@ func (p *Proxy) accept() {
 		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go p.pipe(c, up)
-		go p.pipe(up, c)
+		go p.pipe(c, up, true)
+		go p.pipe(up, c, false)
 	}
 }
 
-func (p *Proxy) pipe(dst, src net.Conn) {
+// pipe copies src to dst until either closes; fromServer marks the
+// server-to-client direction, whose bytes HoldReplies drops.
+func (p *Proxy) pipe(dst, src net.Conn, fromServer bool) {
 	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
+	if fromServer {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 && !p.holding() {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+	} else {
+		_, _ = io.Copy(dst, src)
+	}
 	_ = dst.Close()
 	_ = src.Close()
 	p.mu.Lock()

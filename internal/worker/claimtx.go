@@ -21,9 +21,9 @@ import (
 // and commits once the lock frees). Its jobs then stayed RUNNING under
 // leases nobody held until they expired, an attempt spent on each. Measured
 // with a 6 ms StatementTimeout: 120-133 of 300 jobs claimed in the database
-// never reached the worker. TestClaimIsBoundedByTheStatementTimeout failed
-// that way once under load: the job inserted after the lock was claimed by
-// a round that had timed out, and stayed leased for the whole 30 s lease.
+// never reached the worker. TestClaimIsBoundedByTheStatementTimeout could
+// fail that way under load: the job inserted after the lock claimed by a
+// round that had timed out, and leased to nobody for the whole 30 s lease.
 //
 // So the producer claims in a transaction it commits only after it has
 // read the claimed rows (claimCommitted): a claim given up on before its
@@ -40,9 +40,10 @@ import (
 // lease.ClaimChunkedJobs).
 type claimFunc func(ctx context.Context, db pg.DBTX, p lease.ClaimParams) (lease.ClaimResult, error)
 
-// errCommitUnknown marks a claim whose COMMIT was sent and not answered:
-// its claims are returned with it and must be kept.
-var errCommitUnknown = errors.New("claim commit not confirmed")
+// errCommitUnknown marks a COMMIT that was sent and not answered: it may
+// have committed. A claim's are returned with it and kept; a finish's
+// claims stay finishing and the retry's fenced write decides.
+var errCommitUnknown = errors.New("commit not confirmed")
 
 // claimCommitted runs claim on one connection of db inside a transaction
 // begun in the same round trip as the claim statement, and commits it once

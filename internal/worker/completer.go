@@ -2,12 +2,14 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/mightyetl/mightyetl/internal/etl"
 	"github.com/mightyetl/mightyetl/internal/lease"
@@ -228,7 +230,12 @@ func (cp *Completer) commitGroup(batch []*finishReq, rows int) {
 		return
 	}
 	if err != nil {
-		cp.setFinishing(batch, false)
+		if !errors.Is(err, errCommitUnknown) {
+			// Nothing committed. A COMMIT without an answer may have
+			// committed: the claims stay finishing (running.finishing) and
+			// the retry's fenced write decides.
+			cp.setFinishing(batch, false)
+		}
 		for _, req := range batch {
 			req.reply <- err
 		}
@@ -283,10 +290,15 @@ func (cp *Completer) commitFinish(batch []*finishReq) error {
 				rows = append(rows, req.out.Rows...)
 			}
 		}
-		if len(rows) == 0 {
-			return nil
+		if len(rows) > 0 {
+			if err := etl.LoadRows(ctx, tx, rows); err != nil {
+				return err
+			}
 		}
-		return etl.LoadRows(ctx, tx, rows)
+		if cp.sig.beforeFinishCommit != nil {
+			cp.sig.beforeFinishCommit()
+		}
+		return nil
 	})
 	tracing.EndBatch(span, len(won), err)
 	if err != nil {
@@ -312,10 +324,11 @@ func (cp *Completer) commitFinish(batch []*finishReq) error {
 // finishTx is pg.WithTx for the finish transaction, whose COMMIT gets a
 // deadline of its own, commitWait, instead of what the statements left of
 // ctx's: a COMMIT sent just before that deadline could commit on the server
-// after the worker gave up on it, and the retry would then find the job
-// SUCCEEDED and count its own success as stale. Only a connection that
-// breaks during the COMMIT leaves its outcome unknown (the retry's fenced
-// write decides: nothing is written twice).
+// after the worker gave up on it. A COMMIT that was sent and got no answer
+// (a broken connection, commitWait passed) returns an error wrapping
+// errCommitUnknown: the retry's fenced write matches nothing if it
+// committed, and the executor then finds the job ended at this attempt
+// (ExecutorPool.ownWrite).
 func finishTx(ctx context.Context, db *pgxpool.Pool, commitWait time.Duration, fn func(tx pgx.Tx) error) (err error) {
 	tx, err := pg.Begin(ctx, db)
 	if err != nil {
@@ -334,7 +347,12 @@ func finishTx(ctx context.Context, db *pgxpool.Pool, commitWait time.Duration, f
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitWait)
 	defer cancel()
 	if err := tx.Commit(cctx); err != nil {
-		return fmt.Errorf("commit transaction: %w", err)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			return fmt.Errorf("commit transaction: %w", err)
+		}
+		// Sent, not answered: it may have committed.
+		return fmt.Errorf("commit transaction: %w: %w", errCommitUnknown, err)
 	}
 	return nil
 }

@@ -270,7 +270,9 @@ func (e *ExecutorPool) fail(ctx context.Context, r *running, code string, herr e
 
 // fencedWrite runs one fenced statement until it lands or cannot:
 //   - zero rows (lease.ErrLost) is final: the loss is classified and the
-//     write never repeated;
+//     write never repeated; but after a transient failure, a success found
+//     committed at this claim's attempt (ownWrite: the earlier try committed
+//     and its answer was lost) counts as the success;
 //   - a transient database error (a failover, a broken connection, a
 //     timeout) is tried again with backoff for as long as the lease is ours
 //     by the worker's conservative clock, which renewal keeps extending
@@ -282,6 +284,9 @@ func (e *ExecutorPool) fail(ctx context.Context, r *running, code string, herr e
 //     job at once with etl_target_failure, by a fenced write on this attempt;
 //     another write that fails so is abandoned to expire.
 func (e *ExecutorPool) fencedWrite(r *running, success string, write func(ctx context.Context) error) string {
+	// retried: an earlier try failed transiently, and may have committed
+	// without its answer reaching the worker (ownWrite).
+	retried := false
 	for i := 0; ; i++ {
 		ctx, cancel := context.WithTimeout(e.ctx, e.cfg.StatementTimeout)
 		err := write(ctx)
@@ -290,6 +295,9 @@ func (e *ExecutorPool) fencedWrite(r *running, success string, write func(ctx co
 		case err == nil:
 			return success
 		case errors.Is(err, lease.ErrLost):
+			if retried && e.ownWrite(r, success) {
+				return success
+			}
 			e.claims.markLost(r, metrics.LostFencedWrite, ErrLeaseLost)
 			return e.classifyLost(r)
 		case e.ctx.Err() != nil:
@@ -304,14 +312,35 @@ func (e *ExecutorPool) fencedWrite(r *running, success string, write func(ctx co
 			e.log.Warn("fenced write failed; the claim is abandoned to expire", "error_class", pg.ErrorClass(err))
 			return ""
 		}
+		retried = true
 		if e.sig.writeFailed != nil {
 			e.sig.writeFailed()
 		}
 		if !e.sleepWithinLease(r, backoff.Capped(minWriteBackoff, maxWriteBackoff, i+1)) {
+			if e.ownWrite(r, success) {
+				return success
+			}
 			e.log.Warn("fenced write failed until the lease ran out; the claim is abandoned to expire", "error_class", pg.ErrorClass(err))
 			return ""
 		}
 	}
+}
+
+// ownWrite reports whether an earlier try of r's success write, whose
+// answer was lost, committed: the job is SUCCEEDED at r's own attempt,
+// which only this claim's success can leave (every later claim counts one
+// more attempt). Other writes are never recognised: a job FAILED at r's
+// attempt may also have been failed by another worker's claim
+// (attempts exhausted), and retries and releases leave no final state. A
+// job that cannot be read is not recognised either.
+func (e *ExecutorPool) ownWrite(r *running, success string) bool {
+	if success != metrics.OutcomeSucceeded {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.StatementTimeout)
+	defer cancel()
+	ok, err := lease.SucceededAt(ctx, e.db, r.claim.JobID, r.claim.Attempt)
+	return err == nil && ok
 }
 
 // sleepWithinLease waits d unless that would pass the claim's conservative

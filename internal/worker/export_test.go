@@ -13,6 +13,9 @@ type TestHooks struct {
 	// InFinishTx runs inside each finish transaction after the fenced
 	// success locked the won job rows, before the target rows are written.
 	InFinishTx func()
+	// BeforeFinishCommit runs inside each finish transaction after its
+	// last statement, just before the COMMIT is sent.
+	BeforeFinishCommit func()
 	// AfterFinishCommit runs after a finish transaction committed, before
 	// its results are answered (the claims still live and finishing).
 	AfterFinishCommit func()
@@ -36,7 +39,7 @@ type TestSignals struct {
 func (w *Worker) SetUpTest(h TestHooks) TestSignals {
 	s := &w.signals
 	s.beforeFinish, s.beforeRenew, s.inFinishTx, s.writeFailed = h.BeforeFinish, h.BeforeRenew, h.InFinishTx, h.WriteFailed
-	s.afterFinishCommit = h.AfterFinishCommit
+	s.beforeFinishCommit, s.afterFinishCommit = h.BeforeFinishCommit, h.AfterFinishCommit
 	s.claimed.init()
 	s.renewRound.init()
 	s.renewBusy.init()

@@ -402,3 +402,47 @@ func TestLostConnectionDuringFinishLosesNoJob(t *testing.T) {
 		t.Fatalf("lifecycle events %d, want 2", n)
 	}
 }
+
+// A finish whose COMMIT reached the database and whose answer was lost
+// counts its success: the retry's fenced write matches nothing, and the job
+// SUCCEEDED at this claim's own attempt can only be this claim's. Before,
+// the worker counted its own success as a loss (stale), and a test that cut
+// connections around finishes (TestLostConnectionDuringFinishLosesNoJob)
+// could wait for a success that never came.
+func TestFinishCommitWithoutAnswerCountsItsSuccess(t *testing.T) {
+	t.Parallel()
+	pool, url := pgtest.NewDatabase(t)
+	proxy := pgtest.NewProxy(t, url)
+	ids := pgtest.InsertJobs(t, pool, pg.NewJob{Payload: records(2, "held")})
+	var held, failed atomic.Int32
+	cfg := fastConfig()
+	cfg.StatementTimeout = time.Second // the unanswered COMMIT is given up after a second
+	h := newWorkerWith(t, proxy.URL(url), cfg, worker.TestHooks{
+		BeforeFinishCommit: func() {
+			if held.Add(1) == 1 {
+				proxy.HoldReplies() // the COMMIT goes through; its answer does not
+			}
+		},
+		WriteFailed: func() {
+			failed.Add(1)
+			proxy.Restore()
+		},
+	}, harnessOptions{renewURL: url})
+	h.start(t)
+	h.awaitOutcome(t, 60*time.Second, "the job's success counted", metrics.OutcomeSucceeded, 1)
+	if failed.Load() < 1 {
+		t.Fatal("the finish never failed: its COMMIT's answer was not lost")
+	}
+	wantJob(t, pool, ids[0], pg.StatusSucceeded, 1)
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM processed_data WHERE job_record_id=$1`, ids[0]); n != 2 {
+		t.Fatalf("processed rows %d, want 2", n)
+	}
+	for _, o := range []string{metrics.OutcomeStale, metrics.OutcomeFailed} {
+		if v := h.outcome(o); v != 0 {
+			t.Fatalf("outcome %s counted %v times", o, v)
+		}
+	}
+	if v := testutil.ToFloat64(h.m.ClaimsLost.WithLabelValues(metrics.LostFencedWrite)); v != 0 {
+		t.Fatalf("claims lost by a fenced write: %v", v)
+	}
+}

@@ -46,6 +46,9 @@ type testSignals struct {
 	// inFinishTx runs inside each finish transaction after the fenced
 	// success locked the won job rows, before the target rows are written.
 	inFinishTx func()
+	// beforeFinishCommit runs on the completer inside each finish
+	// transaction after its last statement, before the COMMIT is sent.
+	beforeFinishCommit func()
 	// afterFinishCommit runs on the completer after a finish transaction
 	// committed, before its results are answered (the claims still live
 	// and finishing).
