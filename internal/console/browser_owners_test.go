@@ -16,6 +16,10 @@ import (
 	"github.com/mightyetl/mightyetl/internal/pgtest"
 )
 
+// durationRE matches a Go time.Duration's String form as the console
+// prints a claim state's age: "700ms", "1.5s", "2m0.7s", "1h2m3s".
+const durationRE = `(([0-9]+h)?([0-9]+m)?[0-9.]+s|[0-9.]+(ms|µs|ns))`
+
 // ownersTableJS reads the overview's owners table: one line per row, its
 // cells joined by "|".
 const ownersTableJS = `Array.from(document.querySelectorAll("#owners-table tbody tr")).map(
@@ -80,8 +84,8 @@ func TestConsoleOwnersInBrowser(t *testing.T) {
 		t.Fatalf("owners table rows %q, want alice and bob", rows)
 	}
 	// Owner | Claimable | P1 | P2 | P3 | P4 | Oldest claimable | Weight | Claim state
-	aliceRow := regexp.MustCompile(`^` + alice[:8] + `\|4\|3\|0\|0\|1\|[2-9]m[0-9]+s\|1\|due for ([0-9]+m)?[0-9.]+s$`)
-	bobRow := regexp.MustCompile(`^` + bob[:8] + `\|2\|0\|0\|2\|0\|([0-9]+m)?[0-9]+s\|3\|due for ([0-9]+m)?[0-9.]+s$`)
+	aliceRow := regexp.MustCompile(`^` + alice[:8] + `\|4\|3\|0\|0\|1\|[2-9]m[0-9]+s\|1\|due for ` + durationRE + `$`)
+	bobRow := regexp.MustCompile(`^` + bob[:8] + `\|2\|0\|0\|2\|0\|([0-9]+m)?[0-9]+s\|3\|due for ` + durationRE + `$`)
 	if !aliceRow.MatchString(rows[0]) || !bobRow.MatchString(rows[1]) {
 		t.Fatalf("owners table:\n%s\nwant alice (4: 3 of priority 1, 1 of 4, oldest 2 min, weight 1, due) then bob (2 of priority 3, weight 3, due)",
 			strings.Join(rows, "\n"))
