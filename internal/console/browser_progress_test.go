@@ -165,6 +165,15 @@ func leftText(seconds float64) string {
 func succeedChunked(t *testing.T, s *stack, id uuid.UUID) {
 	t.Helper()
 	ctx := context.Background()
+	// One transaction, as the worker's success: the worker's chunked claim
+	// deletes the queue row of a job it reads as terminal, so between
+	// autocommitted statements its poll could delete the row first (CI saw
+	// the DELETE match nothing once).
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
 	for _, sql := range []string{
 		`UPDATE etl_job_records SET job_status = 'SUCCEEDED', request_payload = NULL, lease_claim_id = NULL,
 		     lease_owner_id = NULL, lease_expires_at = NULL, lease_fencing_token = NULL, updated_at = clock_timestamp()
@@ -172,8 +181,11 @@ func succeedChunked(t *testing.T, s *stack, id uuid.UUID) {
 		`UPDATE etl_chunked_loads SET load_state = 'VISIBLE', updated_at = clock_timestamp() WHERE job_record_id = $1`,
 		`DELETE FROM etl_chunked_job_queue WHERE job_record_id = $1`,
 	} {
-		if tag, err := s.pool.Exec(ctx, sql, id); err != nil || tag.RowsAffected() != 1 {
+		if tag, err := tx.Exec(ctx, sql, id); err != nil || tag.RowsAffected() != 1 {
 			t.Fatalf("succeed chunked job: %v (%d rows)", err, tag.RowsAffected())
 		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
