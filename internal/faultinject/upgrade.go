@@ -44,6 +44,7 @@ type Frontend struct {
 	proxies  map[string]*httputil.ReverseProxy
 	inflight map[string]int
 	errors   int // requests the proxy could not forward (answered 502)
+	gaveUp   int // requests whose client went away before the answer
 }
 
 // NewFrontend listens on a free loopback port; it answers 502 until the
@@ -86,9 +87,19 @@ func (f *Frontend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rp.ServeHTTP(w, r)
 }
 
-func (f *Frontend) proxyError(w http.ResponseWriter, _ *http.Request, _ error) {
+// proxyError answers a request the proxy could not complete. A request
+// whose client gave up first (its context ended: the producers' 10 s client
+// timeout on a machine loaded enough for a cancel to take that long) is not
+// a forwarding failure: the reverse proxy calls this for it too, so it is
+// counted apart (ClientsGaveUp) and Errors stays the requests no intake
+// could be reached for.
+func (f *Frontend) proxyError(w http.ResponseWriter, r *http.Request, _ error) {
 	f.mu.Lock()
-	f.errors++
+	if r.Context().Err() != nil {
+		f.gaveUp++
+	} else {
+		f.errors++
+	}
 	f.mu.Unlock()
 	w.WriteHeader(http.StatusBadGateway)
 }
@@ -126,6 +137,14 @@ func (f *Frontend) Errors() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.errors
+}
+
+// ClientsGaveUp is how many requests ended because their client went
+// away before the intake answered (not counted in Errors).
+func (f *Frontend) ClientsGaveUp() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.gaveUp
 }
 
 // Close stops listening and closes open connections.

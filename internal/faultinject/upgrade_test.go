@@ -341,6 +341,9 @@ func TestVersionSkewRollingUpgrade(t *testing.T) {
 			t.Errorf("%d refusals %q: the intake may refuse a submission only with 503 and Retry-After", n, class)
 		}
 	}
+	if n := d.Front.ClientsGaveUp(); n > 0 {
+		t.Logf("%d requests ended by their client's timeout before the intake answered (counted as transport errors above)", n)
+	}
 	if n := d.Front.Errors(); n > 0 {
 		t.Errorf("the frontend could not forward %d requests to an intake", n)
 	}
