@@ -52,6 +52,10 @@ type harness struct {
 	// bins builds the product binaries (cmd/<name>), each once, into a
 	// temporary directory close removes.
 	bins binarytest.Builder
+	// pristine is set by fresh and cleared when a scenario returns or a
+	// limit run used the database: a scenario that needs an empty database
+	// may take it as it is instead of re-creating it (takeFresh).
+	pristine bool
 	// fairFresh is set once the fairness scenario re-created the database
 	// (fairReset).
 	fairFresh bool
@@ -110,6 +114,20 @@ func (h *harness) fresh(ctx context.Context) error {
 	}
 	h.pool = pool
 	h.notify = pg.NewOutboxNotifier(pool)
+	h.pristine = true
+	return nil
+}
+
+// takeFresh is fresh unless the database was re-created and nothing has
+// used it since (the first scenario of an invocation, or the first run of
+// one); either way the caller gets it empty and leaves it not pristine.
+func (h *harness) takeFresh(ctx context.Context) error {
+	if !h.pristine {
+		if err := h.fresh(ctx); err != nil {
+			return err
+		}
+	}
+	h.pristine = false
 	return nil
 }
 
@@ -176,6 +194,7 @@ func (h *harness) serverVersion(ctx context.Context) string {
 }
 
 func (h *harness) runScenario(ctx context.Context, name string) ([]Result, error) {
+	defer func() { h.pristine = false }()
 	switch name {
 	case "burndown":
 		return h.burndownAll(ctx)
@@ -203,6 +222,8 @@ func (h *harness) runScenario(ctx context.Context, name string) ([]Result, error
 		return h.large(ctx)
 	case "fairness":
 		return h.fairness(ctx)
+	case "limit":
+		return h.limit(ctx)
 	}
 	return nil, fmt.Errorf("unknown scenario %q", name)
 }

@@ -29,6 +29,13 @@
 //	go run ./bench -scenarios fairness -nats-url nats://127.0.0.1:4222 -json fairness.json
 //	go run ./bench -scenarios burndown -burndown-claim-owners 32,0 -peers river
 //
+// The limit scenario (also only when named) runs the job life cycle as
+// hand-written batched SQL in pgbench (bench/limit/*.sql) at each batch
+// size, and reports the burndown of the same invocation as a ratio of the
+// best (issue 34's distance to the limit):
+//
+//	go run ./bench -scenarios burndown,limit -n 100000 -limit-batch-sizes 10,100,500,2000
+//
 // With -peers river it also runs bench/peers/river (a separate Go module,
 // never imported here) against a sibling database on the same server and
 // prints mightyETL/River ratios from the same run.
@@ -63,7 +70,7 @@ const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/mightyetl_bench"
 var allScenarios = []string{"burndown", "continuous", "pickup", "crash", "scale", "resources", "intake", "intake-binary"}
 
 // optInScenarios run only when named in -scenarios.
-var optInScenarios = []string{"lockprobe", "fleet", "large", "fairness"}
+var optInScenarios = []string{"lockprobe", "fleet", "large", "fairness", "limit"}
 
 // options are the command-line settings of one run.
 type options struct {
@@ -113,6 +120,8 @@ type options struct {
 	Large largeOptions `json:"large"`
 	// Fairness are the fairness scenario's settings (bench/fairness.go).
 	Fairness fairnessOptions `json:"fairness"`
+	// Limit are the limit scenario's settings (bench/limit.go).
+	Limit limitOptions `json:"limit"`
 	// BurndownClaimOwners, when set, runs the default burndown once per
 	// value, in order, with the worker's ClaimOwners at it (0: the
 	// first-come first-served claim, as MIGHTYETL_CLAIM_OWNERS=0).
@@ -217,6 +226,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	addFleetFlags(fs, &o.Fleet)
 	addLargeFlags(fs, &o.Large)
 	addFairnessFlags(fs, &o.Fairness)
+	addLimitFlags(fs, &o.Limit)
 	fs.Func("burndown-claim-owners", "burndown: run the default burndown once per value of this list, in order, at the worker's claim owners (MIGHTYETL_CLAIM_OWNERS; 0: first-come first-served), e.g. 32,0 (default: once, at the worker's default)", func(s string) error {
 		o.BurndownClaimOwners = nil
 		for f := range strings.SplitSeq(s, ",") {
@@ -320,6 +330,7 @@ func (o *options) defaults() {
 		o.ResourcesWindow = pickD(30*time.Second, 5*time.Second)
 	}
 	o.Fairness.defaults(o.Quick)
+	o.Limit.defaults(o.Quick, o.N)
 }
 
 func contains(list []string, s string) bool {
@@ -430,6 +441,7 @@ func execute(ctx context.Context, o options, log *slog.Logger) (*Report, error) 
 		}
 	}
 	rep.Ratios = append(append(ratios(rep.Results, rep.Peers), intakeRatios(rep.Results)...), fairnessRatios(rep.Results)...)
+	rep.Ratios = append(rep.Ratios, limitRatios(rep.Results)...)
 	rep.Machine.LoadAvgEnd = loadAvg()
 	if len(rep.Errors) > 0 {
 		return rep, fmt.Errorf("%d scenario(s) failed: %s", len(rep.Errors), strings.Join(rep.Errors, "; "))
