@@ -72,12 +72,12 @@ type limitOptions struct {
 }
 
 func addLimitFlags(fs *flag.FlagSet, o *limitOptions) {
-	fs.Func("limit-batch-sizes", "limit: jobs per insert, claim and finish, one run per value (default 10,100,500,2000)", func(s string) error {
+	fs.Func("limit-batch-sizes", "limit: jobs per insert, claim and finish, one run per value (default 100,500,1000,2000)", func(s string) error {
 		v, err := parseIntList(s, 1, 10_000)
 		o.BatchSizes = v
 		return err
 	})
-	fs.Func("limit-clients", "limit: pgbench clients (-c), one run per value and batch size (default 4)", func(s string) error {
+	fs.Func("limit-clients", "limit: pgbench clients (-c), one run per value and batch size (default 2,4)", func(s string) error {
 		v, err := parseIntList(s, 1, 256)
 		o.Clients = v
 		return err
@@ -114,10 +114,10 @@ func parseIntList(s string, lo, hi int) ([]int, error) {
 // defaults fills the zero settings (idempotent).
 func (o *limitOptions) defaults(quick bool, n int) {
 	if len(o.BatchSizes) == 0 {
-		o.BatchSizes = []int{10, 100, 500, 2000}
+		o.BatchSizes = []int{100, 500, 1000, 2000}
 	}
 	if len(o.Clients) == 0 {
-		o.Clients = []int{4}
+		o.Clients = []int{2, 4}
 	}
 	if len(o.Variants) == 0 {
 		o.Variants = []string{limitDrain, limitLifecycle}
@@ -146,7 +146,9 @@ type limitJob struct {
 
 func newLimitJob(records int) (limitJob, error) {
 	if records == 0 {
-		return limitJob{payload: zeroPayload, data: "", normalized: "{}"}, nil
+		// No target row is written; pgbench still needs the variables
+		// defined, and refuses an empty -D value.
+		return limitJob{payload: zeroPayload, data: "unused", normalized: "{}"}, nil
 	}
 	recs := strings.Repeat(limitRecord+",", records)
 	rows, err := etl.Process([]byte("["+limitRecord+"]"), 1)
@@ -251,9 +253,7 @@ func (h *harness) limitRun(ctx context.Context, bin, variant string, b, c int, j
 		secs := max(1, int(h.o.Limit.Duration.Round(time.Second).Seconds()))
 		args = append(args, "-T", strconv.Itoa(secs))
 	}
-	args = append(args, "-D", "batch="+strconv.Itoa(b), "-D", "records="+strconv.Itoa(h.o.Limit.Records),
-		"-D", "payload="+job.payload, "-D", "digest="+sha(job.payload), "-D", "principal="+benchPrincipal,
-		"-D", "data="+job.data, "-D", "normalized="+job.normalized, "-f", script, h.url)
+	args = append(append(args, limitVars(job, b, h.o.Limit.Records)...), "-f", script, h.url)
 	res.Settings = map[string]string{
 		"command": "pgbench " + strings.Join(limitShownArgs(args), " "),
 		"script":  strings.Join(steps, " + ") + " (bench/limit/), one transaction each",
@@ -307,6 +307,17 @@ func (h *harness) limitRun(ctx context.Context, bin, variant string, b, c int, j
 		return res, fmt.Errorf("limit %s: %d of %d pre-loaded jobs finished", res.Variant, st.succeeded, preloaded)
 	}
 	return res, nil
+}
+
+// limitVars are the scripts' variables as pgbench -D arguments.
+func limitVars(job limitJob, batch, records int) []string {
+	var out []string
+	for _, v := range [][2]string{{"batch", strconv.Itoa(batch)}, {"records", strconv.Itoa(records)},
+		{"payload", job.payload}, {"digest", sha(job.payload)}, {"principal", benchPrincipal},
+		{"data", job.data}, {"normalized", job.normalized}} {
+		out = append(out, "-D", v[0]+"="+v[1])
+	}
+	return out
 }
 
 // limitShownArgs is args for the settings, with the long -D values and

@@ -107,8 +107,9 @@ func keys(m map[string]Result) []string {
 }
 
 // TestLimitJobIsTheTransform: the target row the finish writes per record is
-// what the product's transform makes of the payload's records, and the
-// payload is a diagnostic job the worker would accept.
+// what the product's transform makes of the payload's records, the payload
+// is a diagnostic job the worker would accept, and every script variable
+// has a value pgbench accepts.
 func TestLimitJobIsTheTransform(t *testing.T) {
 	for _, records := range []int{0, 1, 3} {
 		job, err := newLimitJob(records)
@@ -126,6 +127,13 @@ func TestLimitJobIsTheTransform(t *testing.T) {
 		for _, r := range rows {
 			if r.Data != job.data || string(r.Normalized) != job.normalized {
 				t.Errorf("records %d: row (%s, %s), the script writes (%s, %s)", records, r.Data, r.Normalized, job.data, job.normalized)
+			}
+		}
+		// pgbench refuses an empty -D value ("invalid variable definition").
+		vars := limitVars(job, 10, records)
+		for i := 1; i < len(vars); i += 2 {
+			if name, value, _ := strings.Cut(vars[i], "="); value == "" || vars[i-1] != "-D" {
+				t.Errorf("records %d: variable %s is empty or not a -D argument (%q)", records, name, vars[i-1:i+1])
 			}
 		}
 	}

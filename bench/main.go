@@ -34,7 +34,7 @@
 // size, and reports the burndown of the same invocation as a ratio of the
 // best (issue 34's distance to the limit):
 //
-//	go run ./bench -scenarios burndown,limit -n 100000 -limit-batch-sizes 10,100,500,2000
+//	go run ./bench -scenarios burndown,limit -n 100000 -limit-batch-sizes 100,500,1000,2000
 //
 // With -peers river it also runs bench/peers/river (a separate Go module,
 // never imported here) against a sibling database on the same server and
