@@ -430,23 +430,25 @@ func (st limitState) check(records int) error {
 	return nil
 }
 
-// limitRatios reports the burndown's jobs/s of the same run as a ratio of
-// the limit's best, for each variant run (issue 34's target: at least 0.7x).
+// limitRatios reports each default burndown's jobs/s of the same run (one
+// per -burndown-claim-owners value) as a ratio of the limit's best, for
+// each variant run (issue 34's target: at least 0.7x).
 func limitRatios(rs []Result) []Ratio {
-	bd, ok := find(rs, "burndown", variantDefault+"/")
-	if !ok || bd.Metrics["jobs_per_s"] == 0 {
-		return nil
-	}
 	var out []Ratio
-	for _, v := range []string{limitDrain, limitLifecycle} {
-		best, ok := find(rs, "limit", "best/"+v)
-		if !ok || best.Metrics["jobs_per_s"] == 0 {
+	for _, bd := range rs {
+		if bd.Scenario != "burndown" || !strings.HasPrefix(bd.Variant, variantDefault+"/") || bd.Metrics["jobs_per_s"] == 0 {
 			continue
 		}
-		out = append(out, Ratio{Scenario: "limit",
-			Metric: fmt.Sprintf("jobs_per_s [burndown %s vs limit %s]", bd.Variant, best.Settings["of"]),
-			Mighty: bd.Metrics["jobs_per_s"], Peer: best.Metrics["jobs_per_s"], PeerName: "pgbench",
-			Ratio: bd.Metrics["jobs_per_s"] / best.Metrics["jobs_per_s"], Direction: "higher", Target: 0.7})
+		for _, v := range []string{limitDrain, limitLifecycle} {
+			best, ok := find(rs, "limit", "best/"+v)
+			if !ok || best.Metrics["jobs_per_s"] == 0 {
+				continue
+			}
+			out = append(out, Ratio{Scenario: "limit",
+				Metric: fmt.Sprintf("jobs_per_s [burndown %s vs limit %s]", bd.Variant, best.Settings["of"]),
+				Mighty: bd.Metrics["jobs_per_s"], Peer: best.Metrics["jobs_per_s"], PeerName: "pgbench",
+				Ratio: bd.Metrics["jobs_per_s"] / best.Metrics["jobs_per_s"], Direction: "higher", Target: 0.7})
+		}
 	}
 	return out
 }

@@ -80,10 +80,12 @@ func TestLimitSmoke(t *testing.T) {
 	}
 }
 
-// TestLimitRatios: the burndown of the run over each variant's best.
+// TestLimitRatios: each default burndown of the run over each variant's
+// best; cost variants of the burndown are not compared.
 func TestLimitRatios(t *testing.T) {
 	rs := []Result{
 		{Scenario: "burndown", Variant: "default/n=100000", Metrics: map[string]float64{"jobs_per_s": 20_000}},
+		{Scenario: "burndown", Variant: "no-outbox/n=100000", Metrics: map[string]float64{"jobs_per_s": 30_000}},
 		{Scenario: "limit", Variant: "drain/batch=100/clients=4", Metrics: map[string]float64{"jobs_per_s": 30_000}},
 		{Scenario: "limit", Variant: "best/drain", Metrics: map[string]float64{"jobs_per_s": 40_000}, Settings: map[string]string{"of": "drain/batch=500/clients=4"}},
 		{Scenario: "limit", Variant: "best/lifecycle", Metrics: map[string]float64{"jobs_per_s": 25_000}, Settings: map[string]string{"of": "lifecycle/batch=500/clients=4"}},
@@ -93,8 +95,12 @@ func TestLimitRatios(t *testing.T) {
 		!strings.Contains(got[0].Metric, "burndown default/n=100000 vs limit drain/batch=500/clients=4") {
 		t.Fatalf("ratios %+v", got)
 	}
-	if got := limitRatios(rs[1:]); got != nil {
+	if got := limitRatios(rs[2:]); got != nil {
 		t.Fatalf("ratios without a burndown: %+v", got)
+	}
+	rs = append(rs, Result{Scenario: "burndown", Variant: "default/n=100000/claim-owners=0", Metrics: map[string]float64{"jobs_per_s": 36_000}})
+	if got := limitRatios(rs); len(got) != 4 || got[2].Ratio != 0.9 || !strings.Contains(got[3].Metric, "claim-owners=0 vs limit lifecycle") {
+		t.Fatalf("ratios with two burndowns: %+v", got)
 	}
 }
 
