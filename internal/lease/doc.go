@@ -5,9 +5,9 @@
 // database clock, plus a monotonic lease_fencing_token that external sinks can
 // compare. The invariants this package keeps (design.md section 4):
 //
-//  1. Only a claim (ClaimJobs, ClaimChunkedJobs) establishes ownership. It
-//     sets a new claim id, the owner, an expiry from clock_timestamp() and a
-//     new fencing token from a sequence.
+//  1. Only a claim (ClaimJobs, ClaimArrivals, ClaimChunkedJobs) establishes
+//     ownership. It sets a new claim id, the owner, an expiry from
+//     clock_timestamp() and a new fencing token from a sequence.
 //  2. Every later write (Renew, Succeed, Retry, Fail, Release, and for
 //     chunked jobs FenceChunk, CheckpointChunk, SucceedChunked, FailChunked)
 //     is one conditional statement whose predicate is the whole exact lease:
