@@ -104,6 +104,7 @@ func NewWorkerProcess(ctx context.Context, cfg config.Worker, provenance []confi
 		ChunkedSlots: chunkedSlots(cfg.ChunkedSlots), ChunkRecords: cfg.ChunkRecords, ChunkBytes: cfg.ChunkBytes,
 		ChunkConns:  cfg.ChunkConns,
 		ClaimOwners: chunkedSlots(cfg.ClaimOwners), // 0 (first-come first-served) is -1 there, as for chunked slots
+		WakeupSlots: chunkedSlots(cfg.WakeupSlots), // 0 (none) is -1 there too
 	}, exec, renew, worker.DefaultHandlers(cfg.MaxBatchRecords), m, log)
 	p := &WorkerProcess{Worker: w, Registry: reg, exec: exec, renew: renew, log: log, cfg: cfg}
 	p.Maintainer = newMaintainer(cfg, exec, reg, log)

@@ -143,6 +143,17 @@ func (l *Loader) DerivedDuration(dst *time.Duration, env, flagName string, deriv
 	l.fs.Lookup(flagName).DefValue = ""
 }
 
+// DerivedInt registers an integer within [lo, hi] whose default is
+// derive's result, computed during Parse after every setting registered
+// before this one has been applied (as DerivedDuration).
+func (l *Loader) DerivedInt(dst *int, env, flagName string, derive func() int, lo, hi int, usage string) {
+	l.Int(dst, env, flagName, 0, lo, hi, usage)
+	e := l.entries[len(l.entries)-1]
+	e.def = ""
+	e.derive = func() string { return strconv.Itoa(derive()) }
+	l.fs.Lookup(flagName).DefValue = ""
+}
+
 // Int registers an integer within [lo, hi].
 func (l *Loader) Int(dst *int, env, flagName string, def, lo, hi int, usage string) {
 	l.add(env, flagName, strconv.Itoa(def), usage, false, func(s string) error {

@@ -79,18 +79,22 @@ func TestSecretSettingsNeverShowTheirValue(t *testing.T) {
 
 func TestBadValuesNameTheSettingAndRange(t *testing.T) {
 	cases := map[string]map[string]string{
-		"MIGHTYETL_LEASE_DURATION":       {"MIGHTYETL_LEASE_DURATION": "500ms"},
-		"MIGHTYETL_MAX_ATTEMPTS":         {"MIGHTYETL_MAX_ATTEMPTS": "101"},
-		"MIGHTYETL_WORKER_ID":            {"MIGHTYETL_WORKER_ID": "bad id!"},
-		"MIGHTYETL_WORKER_CONCURRENCY":   {"MIGHTYETL_WORKER_CONCURRENCY": "0"},
-		"MIGHTYETL_MAX_JOB_DURATION":     {"MIGHTYETL_MAX_JOB_DURATION": "500ms"},
-		"MIGHTYETL_MAX_JOB_DURATION ":    {"MIGHTYETL_MAX_JOB_DURATION": "169h"},
-		"MIGHTYETL_MAX_JOB_DURATION  ":   {"MIGHTYETL_MAX_JOB_DURATION": "six hours"},
-		"MIGHTYETL_WORKER_CHUNKED_SLOTS": {"MIGHTYETL_WORKER_CHUNKED_SLOTS": "65"},
-		"MIGHTYETL_CHUNK_RECORDS":        {"MIGHTYETL_CHUNK_RECORDS": "0"},
-		"MIGHTYETL_CLAIM_OWNERS":         {"MIGHTYETL_CLAIM_OWNERS": "1001"},
-		"MIGHTYETL_CHUNK_BYTES":          {"MIGHTYETL_CHUNK_BYTES": "1024"},
-		"MIGHTYETL_CHUNK_CONNECTIONS":    {"MIGHTYETL_CHUNK_CONNECTIONS": "17"},
+		"MIGHTYETL_LEASE_DURATION":         {"MIGHTYETL_LEASE_DURATION": "500ms"},
+		"MIGHTYETL_MAX_ATTEMPTS":           {"MIGHTYETL_MAX_ATTEMPTS": "101"},
+		"MIGHTYETL_WORKER_ID":              {"MIGHTYETL_WORKER_ID": "bad id!"},
+		"MIGHTYETL_WORKER_CONCURRENCY":     {"MIGHTYETL_WORKER_CONCURRENCY": "0"},
+		"MIGHTYETL_MAX_JOB_DURATION":       {"MIGHTYETL_MAX_JOB_DURATION": "500ms"},
+		"MIGHTYETL_MAX_JOB_DURATION ":      {"MIGHTYETL_MAX_JOB_DURATION": "169h"},
+		"MIGHTYETL_MAX_JOB_DURATION  ":     {"MIGHTYETL_MAX_JOB_DURATION": "six hours"},
+		"MIGHTYETL_WORKER_CHUNKED_SLOTS":   {"MIGHTYETL_WORKER_CHUNKED_SLOTS": "65"},
+		"MIGHTYETL_CHUNK_RECORDS":          {"MIGHTYETL_CHUNK_RECORDS": "0"},
+		"MIGHTYETL_CLAIM_OWNERS":           {"MIGHTYETL_CLAIM_OWNERS": "1001"},
+		"MIGHTYETL_CHUNK_BYTES":            {"MIGHTYETL_CHUNK_BYTES": "1024"},
+		"MIGHTYETL_CHUNK_CONNECTIONS":      {"MIGHTYETL_CHUNK_CONNECTIONS": "17"},
+		"MIGHTYETL_WORKER_WAKEUP_SLOTS":    {"MIGHTYETL_WORKER_WAKEUP_SLOTS": "-1"},
+		"MIGHTYETL_WORKER_WAKEUP_SLOTS ":   {"MIGHTYETL_WORKER_WAKEUP_SLOTS": "9"}, // above the concurrency, 8
+		"MIGHTYETL_WORKER_WAKEUP_SLOTS  ":  {"MIGHTYETL_WORKER_WAKEUP_SLOTS": "some"},
+		"MIGHTYETL_WORKER_WAKEUP_SLOTS   ": {"MIGHTYETL_WORKER_WAKEUP_SLOTS": "1", "MIGHTYETL_CLAIM_OWNERS": "0"},
 	}
 	for name, e := range cases {
 		_, _, err := LoadWorker(nil, env(e))
@@ -261,5 +265,31 @@ func TestDevDefaultsSitBetweenTheVariableAndTheDefault(t *testing.T) {
 	w, l, err := LoadWorkerDev(nil, env(nil), map[string]string{"MIGHTYETL_LEASE_DURATION": "12s"})
 	if err != nil || w.RenewInterval != 4*time.Second || l.source("MIGHTYETL_LEASE_RENEW_INTERVAL") != SourceDerived {
 		t.Fatalf("derived from a dev lease: %v %s", err, w.RenewInterval)
+	}
+}
+
+// MIGHTYETL_WORKER_WAKEUP_SLOTS follows the concurrency unless set:
+// max(1, concurrency/64), derived, and none with the first-come
+// first-served claim; 0 (none) and up to the concurrency are accepted when
+// set.
+func TestWakeupSlotsDeriveFromTheConcurrency(t *testing.T) {
+	cases := []struct {
+		env  map[string]string
+		want int
+		src  Source
+	}{
+		{map[string]string{}, 1, SourceDerived},
+		{map[string]string{"MIGHTYETL_WORKER_CONCURRENCY": "2000"}, 31, SourceDerived},
+		{map[string]string{"MIGHTYETL_WORKER_CONCURRENCY": "1"}, 1, SourceDerived},
+		{map[string]string{"MIGHTYETL_WORKER_CONCURRENCY": "2000", "MIGHTYETL_WORKER_WAKEUP_SLOTS": "0"}, 0, SourceEnv},
+		{map[string]string{"MIGHTYETL_WORKER_CONCURRENCY": "4", "MIGHTYETL_WORKER_WAKEUP_SLOTS": "4"}, 4, SourceEnv},
+		{map[string]string{"MIGHTYETL_WORKER_CONCURRENCY": "2000", "MIGHTYETL_CLAIM_OWNERS": "0"}, 0, SourceDerived},
+	}
+	for _, c := range cases {
+		w, l, err := LoadWorker(nil, env(c.env))
+		if err != nil || w.WakeupSlots != c.want || l.source("MIGHTYETL_WORKER_WAKEUP_SLOTS") != c.src {
+			t.Errorf("%v: wake-up slots %d from %q (%v), want %d from %q", c.env, w.WakeupSlots,
+				l.source("MIGHTYETL_WORKER_WAKEUP_SLOTS"), err, c.want, c.src)
+		}
 	}
 }

@@ -75,6 +75,7 @@ func TestWorkerDefaultsAreTheLibraryDefaults(t *testing.T) {
 		{"MIGHTYETL_MAX_JOB_DURATION", c.MaxJobDuration, w.MaxJobDuration},
 		{"MIGHTYETL_WORKER_CHUNKED_SLOTS", c.ChunkedSlots, w.ChunkedSlots},
 		{"MIGHTYETL_CLAIM_OWNERS", c.ClaimOwners, w.ClaimOwners},
+		{"MIGHTYETL_WORKER_WAKEUP_SLOTS", c.WakeupSlots, w.WakeupSlots},
 		{"MIGHTYETL_CHUNK_RECORDS", c.ChunkRecords, w.ChunkRecords},
 		{"MIGHTYETL_CHUNK_BYTES", c.ChunkBytes, w.ChunkBytes},
 		{"MIGHTYETL_CHUNK_CONNECTIONS", c.ChunkConns, w.ChunkConns},

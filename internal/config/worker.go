@@ -36,6 +36,7 @@ type Worker struct {
 	Database        Database      // MIGHTYETL_DATABASE_POOLER, MIGHTYETL_DATABASE_DIRECT_URL
 	WorkerID        string        // MIGHTYETL_WORKER_ID, default worker.DefaultOwnerID() (host-pid-random)
 	Concurrency     int           // MIGHTYETL_WORKER_CONCURRENCY, default 8 (1..10000)
+	WakeupSlots     int           // MIGHTYETL_WORKER_WAKEUP_SLOTS, default worker.DefaultWakeupSlots(concurrency) = max(1, concurrency/64), 0 with MIGHTYETL_CLAIM_OWNERS=0 (0..concurrency; 0: none)
 	ClaimOwners     int           // MIGHTYETL_CLAIM_OWNERS, default 32 (0..1000; 0: first-come first-served)
 	PoolSize        int           // MIGHTYETL_WORKER_POOL_SIZE, default 6 (2..1000): execution pool connections
 	PollInterval    time.Duration // MIGHTYETL_WORKER_POLL_INTERVAL, default 1s (10ms..1h)
@@ -86,6 +87,13 @@ func RegisterWorker(l *Loader, dst *Worker) {
 	l.Duration(&dst.MaxJobDuration, "MIGHTYETL_MAX_JOB_DURATION", "max-job-duration", worker.DefaultMaxJobDuration, time.Second, 7*24*time.Hour, "longest one attempt of a job may run; past it the job fails etl_job_timeout")
 	l.Int(&dst.ClaimOwners, "MIGHTYETL_CLAIM_OWNERS", "claim-owners", worker.DefaultClaimOwners, 0, 1000,
 		"owners one claim serves, each with its weighted share and by priority within it; 0: first-come first-served")
+	l.DerivedInt(&dst.WakeupSlots, "MIGHTYETL_WORKER_WAKEUP_SLOTS", "wakeup-slots", func() int {
+		if dst.ClaimOwners == 0 {
+			return 0
+		}
+		return worker.DefaultWakeupSlots(dst.Concurrency)
+	}, 0, 10000,
+		"execution slots besides the concurrency kept for a light owner's new job (its only queued job), claimed at once when a wake-up finds the worker claiming or full (default: max(1, concurrency/64); 0 with MIGHTYETL_CLAIM_OWNERS=0); 0: none")
 	l.Int(&dst.ChunkedSlots, "MIGHTYETL_WORKER_CHUNKED_SLOTS", "chunked-slots", worker.DefaultChunkedSlots, 0, 64,
 		"execution slots for large (chunked) jobs, besides the concurrency; 0: claim none")
 	l.Int(&dst.ChunkRecords, "MIGHTYETL_CHUNK_RECORDS", "chunk-records", chunked.DefaultChunkRecords, 1, 1000000,
@@ -179,6 +187,12 @@ func (w Worker) Validate() error {
 	}
 	if err := w.Maintenance.Prune.Validate(); err != nil {
 		return err
+	}
+	if w.WakeupSlots > w.Concurrency {
+		return fmt.Errorf("MIGHTYETL_WORKER_WAKEUP_SLOTS: must be at most MIGHTYETL_WORKER_CONCURRENCY %d (got %d)", w.Concurrency, w.WakeupSlots)
+	}
+	if w.WakeupSlots > 0 && w.ClaimOwners == 0 {
+		return fmt.Errorf("MIGHTYETL_WORKER_WAKEUP_SLOTS: must be 0 with MIGHTYETL_CLAIM_OWNERS=0 (first-come first-served takes the oldest jobs first; got %d)", w.WakeupSlots)
 	}
 	if w.RetryMaxDelay < w.RetryBaseDelay {
 		return fmt.Errorf("MIGHTYETL_RETRY_MAX_DELAY: must be at least MIGHTYETL_RETRY_BASE_DELAY %s", w.RetryBaseDelay)

@@ -55,6 +55,10 @@ type Worker struct {
 	ConfigRejections prometheus.Counter
 	ConfigInfo       *prometheus.GaugeVec
 	WakeupsReceived  prometheus.Counter
+	// WakeupClaims counts the arrivals claims of the wake-up slots, and
+	// WakeupJobs the jobs they took (MIGHTYETL_WORKER_WAKEUP_SLOTS).
+	WakeupClaims     prometheus.Counter
+	WakeupJobs       prometheus.Counter
 	RevocationsHeard prometheus.Counter
 	JobTimeouts      prometheus.Counter
 	// Chunked (large) jobs.
@@ -131,6 +135,14 @@ func NewWorker(reg prometheus.Registerer) *Worker {
 			Name: "mightyetl_worker_wakeups_received_total",
 			Help: "Advisory wake-ups received (NATS or in-process).",
 		}),
+		WakeupClaims: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mightyetl_worker_wakeup_claims_total",
+			Help: "Arrivals claims run for the wake-up slots (MIGHTYETL_WORKER_WAKEUP_SLOTS): a wake-up or poll found the producer claiming or without a free slot.",
+		}),
+		WakeupJobs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mightyetl_worker_wakeup_slot_jobs_total",
+			Help: "Jobs the arrivals claims took onto wake-up slots (each its owner's next job, just claimable).",
+		}),
 		RevocationsHeard: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "mightyetl_worker_revocations_received_total",
 			Help: "Lease revocations received over NATS (for any job, held here or not).",
@@ -170,7 +182,7 @@ func NewWorker(reg prometheus.Registerer) *Worker {
 	}
 	reg.MustRegister(m.Outcomes, m.ExecutionSeconds, m.PickupLatency, m.ClaimBatchSize, m.FinishBatchSize,
 		m.Renewals, m.RenewalLag, m.RenewalMargin, m.ClaimsLost, m.RunningJobs, m.CancelToStop,
-		m.ConfigRejections, m.ConfigInfo, m.WakeupsReceived, m.RevocationsHeard, m.JobTimeouts,
+		m.ConfigRejections, m.ConfigInfo, m.WakeupsReceived, m.WakeupClaims, m.WakeupJobs, m.RevocationsHeard, m.JobTimeouts,
 		m.RecordsLoaded, m.ChunkCommits, m.RunningChunkedJobs)
 	return m
 }

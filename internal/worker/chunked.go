@@ -45,6 +45,8 @@ func newChunkedRoles(c *Config, exec, renew *pgxpool.Pool, m *metrics.Worker, lo
 	// so at most ChunkedSlots more claims settle while others run.
 	cc.Concurrency = c.ChunkedSlots
 	cc.FinishBatch, cc.Completers = 1, 1
+	// No wake-up slots: a chunked job is never a light owner's quick one.
+	cc.WakeupSlots = -1
 	// Its running claims have a gauge of their own.
 	cm := *m
 	cm.RunningJobs = m.RunningChunkedJobs

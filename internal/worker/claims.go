@@ -39,9 +39,13 @@ type running struct {
 	// timer fires at MaxJobDuration.
 	timer *time.Timer
 	// slotHeld is true while the handler runs: the claim holds one of the
-	// Concurrency execution slots. The slot is freed as soon as the handler
-	// returns; the claim stays live (and renewed) until its outcome commits.
-	slotHeld    bool
+	// Concurrency execution slots, or one of the wake-up slots when wakeup
+	// is set. The slot is freed as soon as the handler returns; the claim
+	// stays live (and renewed) until its outcome commits.
+	slotHeld bool
+	// wakeup is true for a claim of the wake-up slots (Config.WakeupSlots,
+	// the producer's arrivals claim). Set before the claim is added.
+	wakeup      bool
 	started     time.Time
 	sinceCancel time.Duration
 }
@@ -64,7 +68,13 @@ type claimSet struct {
 	mu      sync.Mutex
 	live    map[uuid.UUID]*running // claims held now, by claim id
 	byJob   map[uuid.UUID]*running // the newest held claim of each job
-	running int                    // claims holding an execution slot
+	running int                    // claims holding an execution slot, wake-up slots included
+	wakeups int                    // claims holding a wake-up slot
+	// reserved holds the places under maxLive given to the claim statement
+	// in flight of each kind (reserve; index 1: the arrivals claim) until
+	// its claims are added, so the regular and the arrivals claim, which
+	// run at once, never take the same place.
+	reserved [2]int
 	// recheck holds the claims a revocation asked the renewer to confirm
 	// with the database.
 	recheck map[*running]struct{}
@@ -80,13 +90,51 @@ func newClaimSet(cfg *Config, m *metrics.Worker, sig *testSignals) *claimSet {
 	}
 }
 
-// free is how many claims the producer may take now: Concurrency bounds
-// running handlers; claims whose handler returned and whose outcome is
-// settling hold no slot, within maxLive.
+// free is how many claims the producer's regular claim may take now:
+// Concurrency bounds the running handlers outside the wake-up slots; claims
+// whose handler returned and whose outcome is settling hold no slot, within
+// maxLive (less what an arrivals claim in flight reserved).
 func (s *claimSet) free() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return min(s.cfg.Concurrency-s.running, s.cfg.maxLive()-len(s.live))
+	return s.freeLocked(false)
+}
+
+// freeLocked is free (wakeup false) or, for the arrivals claim, the wake-up
+// slots no handler holds within maxLive (less what the regular claim in
+// flight reserved); s.mu held.
+func (s *claimSet) freeLocked(wakeup bool) int {
+	room := s.cfg.maxLive() - len(s.live) - s.reserved[0] - s.reserved[1]
+	if wakeup {
+		return min(max(s.cfg.WakeupSlots, 0)-s.wakeups, room+s.reserved[1])
+	}
+	return min(s.cfg.Concurrency-(s.running-s.wakeups), room+s.reserved[0])
+}
+
+// reserve returns how many claims the regular claim (wakeup false) or the
+// arrivals claim may take now, as free, and holds those places until
+// release. Each kind runs one claim statement at a time.
+func (s *claimSet) reserve(wakeup bool) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.freeLocked(wakeup)
+	s.reserved[b2i(wakeup)] = max(n, 0)
+	return n
+}
+
+// release gives back the places reserve held for its kind, once the claims
+// taken with them are added (or none were taken).
+func (s *claimSet) release(wakeup bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reserved[b2i(wakeup)] = 0
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // runningCount returns how many claims hold an execution slot.
@@ -108,6 +156,9 @@ func (s *claimSet) add(r *running) (old *running) {
 	s.byJob[r.claim.JobID] = r
 	r.slotHeld = true
 	s.running++
+	if r.wakeup {
+		s.wakeups++
+	}
 	s.m.RunningJobs.Set(float64(s.running))
 	return old
 }
@@ -121,17 +172,21 @@ func (s *claimSet) kickProducer() {
 }
 
 // freeSlot gives r's execution slot back (once) and wakes the producer: the
-// handler returned, so another job may start while r's outcome commits.
+// handler returned, so another job may start while r's outcome commits. A
+// wake-up slot waits for the next wake-up instead.
 func (s *claimSet) freeSlot(r *running) {
 	s.mu.Lock()
 	held := r.slotHeld
 	if held {
 		r.slotHeld = false
 		s.running--
+		if r.wakeup {
+			s.wakeups--
+		}
 		s.m.RunningJobs.Set(float64(s.running))
 	}
 	s.mu.Unlock()
-	if held {
+	if held && !r.wakeup {
 		s.kickProducer()
 	}
 }

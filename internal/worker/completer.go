@@ -105,7 +105,7 @@ type Completer struct {
 
 func newCompleter(cfg *Config, db *pgxpool.Pool, claims *claimSet, m *metrics.Worker, sig *testSignals) *Completer {
 	return &Completer{cfg: cfg, db: db, claims: claims, m: m, sig: sig, notify: pg.NewOutboxNotifier(db),
-		finishQ: make(chan *finishReq, cfg.Concurrency), stopping: make(chan struct{})}
+		finishQ: make(chan *finishReq, cfg.slots()), stopping: make(chan struct{})}
 }
 
 // Start launches the Completers goroutines.

@@ -5,7 +5,10 @@
 //
 //	Producer      claims (lease.ClaimJobs) when a slot frees, a wake-up arrives or the poll interval
 //	              passes, in a transaction it commits only once it has read the claimed rows (a claim
-//	              it gave up on never commits), and hands each claim to the executor pool (launcher)
+//	              it gave up on never commits), and hands each claim to the executor pool (launcher);
+//	              a wake-up that finds it claiming or full also runs an arrivals claim
+//	              (lease.ClaimArrivals: light owners' new jobs) at once, onto the wake-up slots
+//	              (Config.WakeupSlots) that its regular claims never use
 //	ExecutorPool  runs the handler for the job kind OUTSIDE any transaction, under a context that is
 //	              cancelled (with a typed cause) as soon as the lease is known lost; then settles the
 //	              claim: a success goes to the completer (finisher), anything else is one fenced write

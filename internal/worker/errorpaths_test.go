@@ -99,6 +99,7 @@ CREATE TRIGGER flaky_target BEFORE INSERT ON processed_data
 	ids := pgtest.InsertJobs(t, pool, pg.NewJob{Payload: records(3, "flaky")})
 	cfg := fastConfig()
 	cfg.Concurrency = 1
+	cfg.WakeupSlots = -1 // and no wake-up slot
 	h := newWorker(t, url, cfg, worker.TestHooks{})
 	h.start(t)
 	h.awaitOutcome(t, 60*time.Second, "job succeeded", metrics.OutcomeSucceeded, 1)

@@ -38,7 +38,8 @@ type finisher interface {
 
 // ExecutorPool is the worker role that runs launched claims to their
 // outcome on a fixed pool of
-// maxLive() goroutines: at most Concurrency running handlers, the rest
+// maxLive() goroutines: at most Concurrency running handlers (plus the
+// wake-up slots'), the rest
 // settling outcomes (retry, failure, release, or waiting for a completer).
 // A fixed pool replaces a goroutine per job: the stacks stay grown, so a job
 // costs no goroutine creation or stack growth (measured in the burndown
@@ -127,8 +128,9 @@ func (e *ExecutorPool) Stop(ctx context.Context) error { return e.base.Stop(ctx)
 // Done is closed once Stop finished (startstop.Base.Done).
 func (e *ExecutorPool) Done() <-chan struct{} { return e.base.Done() }
 
-// launch records a claim and queues it for an executor.
-func (e *ExecutorPool) launch(c lease.Claim, sent time.Time) {
+// launch records a claim (on a wake-up slot when wakeup) and queues it for
+// an executor.
+func (e *ExecutorPool) launch(c lease.Claim, sent time.Time, wakeup bool) {
 	// The exemplar is the submit's trace: a slow pickup leads to the job.
 	var submit trace.SpanContext
 	if c.SubmitTraceparent != "" {
@@ -136,7 +138,7 @@ func (e *ExecutorPool) launch(c lease.Claim, sent time.Time) {
 	}
 	tracing.Observe(e.m.PickupLatency, c.PickupDelay.Seconds(), submit)
 	ctx, cancel := context.WithCancelCause(e.ctx)
-	r := &running{claim: c, localDeadline: sent.Add(e.cfg.LeaseDuration), ctx: ctx, cancel: cancel, started: time.Now()}
+	r := &running{claim: c, localDeadline: sent.Add(e.cfg.LeaseDuration), ctx: ctx, cancel: cancel, started: time.Now(), wakeup: wakeup}
 	r.timer = time.AfterFunc(e.cfg.MaxJobDuration, func() { e.claims.timeOut(r) })
 	if old := e.claims.add(r); old != nil {
 		e.claims.markLost(old, metrics.LostSuperseded, ErrLeaseLost)

@@ -27,6 +27,7 @@ type TestHooks struct {
 // TestSignals are the worker's test signals, for tests to wait on.
 type TestSignals struct {
 	Claimed     <-chan int      // after each claim statement: the number claimed
+	Arrivals    <-chan int      // after each arrivals claim statement: the number claimed
 	RenewRound  <-chan struct{} // at the start of each scheduled renewal round
 	RenewBusy   <-chan int      // a renewal statement found claims busy: their number
 	FinishGroup <-chan [2]int   // before each finish transaction: its jobs and target rows
@@ -41,13 +42,14 @@ func (w *Worker) SetUpTest(h TestHooks) TestSignals {
 	s.beforeFinish, s.beforeRenew, s.inFinishTx, s.writeFailed = h.BeforeFinish, h.BeforeRenew, h.InFinishTx, h.WriteFailed
 	s.beforeFinishCommit, s.afterFinishCommit = h.BeforeFinishCommit, h.AfterFinishCommit
 	s.claimed.init()
+	s.arrivals.init()
 	s.renewRound.init()
 	s.renewBusy.init()
 	s.finishGroup.init()
 	s.lost.init()
 	s.outcome.init()
 	s.schemaGate.init()
-	return TestSignals{Claimed: s.claimed.ch, RenewRound: s.renewRound.ch, RenewBusy: s.renewBusy.ch, FinishGroup: s.finishGroup.ch,
+	return TestSignals{Claimed: s.claimed.ch, Arrivals: s.arrivals.ch, RenewRound: s.renewRound.ch, RenewBusy: s.renewBusy.ch, FinishGroup: s.finishGroup.ch,
 		Lost: s.lost.ch, Outcome: s.outcome.ch, SchemaGate: s.schemaGate.ch}
 }
 

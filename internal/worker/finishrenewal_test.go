@@ -75,6 +75,7 @@ CREATE TRIGGER failing_finish BEFORE INSERT ON processed_data
 	}
 	cfg := fastConfig()
 	cfg.Concurrency = 1
+	cfg.WakeupSlots = -1 // and no wake-up slot
 	leaseDuration := 2 * time.Second
 	cfg.LeaseDuration, cfg.SafetyMargin, cfg.StatementTimeout = leaseDuration, 400*time.Millisecond, time.Minute
 	cfg.RenewInterval = 10 * time.Minute // no scheduled round: the test runs each one

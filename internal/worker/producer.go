@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -18,9 +20,9 @@ import (
 
 // launcher runs claimed jobs: the producer's only way to hand work on.
 // launch must not block (the producer never claims more than the claim set
-// has room for).
+// has room for); wakeup puts the claim on a wake-up slot.
 type launcher interface {
-	launch(c lease.Claim, sent time.Time)
+	launch(c lease.Claim, sent time.Time, wakeup bool)
 }
 
 // Producer is the worker role that claims jobs (lease.ClaimJobs) whenever slots are free and a
@@ -46,6 +48,19 @@ type Producer struct {
 	// claim is the claim statement: lease.ClaimJobs, or
 	// lease.ClaimChunkedJobs for the chunked producer.
 	claim claimFunc
+	// arrivals is the claim of the wake-up slots (lease.ClaimArrivals; see
+	// claimArrivals); nil when the worker has none (Config.WakeupSlots).
+	arrivals claimFunc
+	// express asks for an arrivals claim: written (never blocking,
+	// coalesced) by askArrivals, read by the arrivals goroutine.
+	express chan struct{}
+	// claiming is true while the loop runs a regular claim statement, and
+	// backlogged while its last claim came back full (a backlog: the loop
+	// claims again as soon as slots free).
+	claiming, backlogged atomic.Bool
+	// schemaAllowed is the schema gate's verdict (schemaOK) for the
+	// arrivals goroutine.
+	schemaAllowed atomic.Bool
 
 	// Schema gate, owned by the loop goroutine: schemaChecked is when
 	// pg.CheckCompatibility last answered (zero: never), schemaOK its
@@ -55,24 +70,41 @@ type Producer struct {
 }
 
 func newProducer(cfg *Config, db *pgxpool.Pool, claims *claimSet, runner launcher, m *metrics.Worker, log *slog.Logger, sig *testSignals) *Producer {
-	return &Producer{cfg: cfg, db: db, claims: claims, runner: runner, m: m, log: log, sig: sig,
-		wake: make(chan struct{}, 1), stopping: make(chan struct{}), claim: lease.ClaimJobs}
+	p := &Producer{cfg: cfg, db: db, claims: claims, runner: runner, m: m, log: log, sig: sig,
+		wake: make(chan struct{}, 1), stopping: make(chan struct{}), claim: lease.ClaimJobs,
+		express: make(chan struct{}, 1)}
+	if cfg.WakeupSlots > 0 {
+		p.arrivals = lease.ClaimArrivals
+	}
+	return p
 }
 
-// wakeUp asks the producer to claim now. Never blocks.
+// wakeUp asks the producer to claim now, and for an arrivals claim when
+// the loop cannot take the wake-up's jobs at once (askArrivals: asked
+// first, so that it reads the loop as the wake-up found it, not claiming
+// for this very wake-up). Never blocks.
 func (p *Producer) wakeUp() {
+	p.askArrivals()
 	select {
 	case p.wake <- struct{}{}:
 	default:
 	}
 }
 
-// Start launches the claim loop; claims run under a context detached from
-// ctx's cancellation and cancelled by Stop.
+// Start launches the claim loop and the arrivals goroutine; claims run
+// under a context detached from ctx's cancellation and cancelled by Stop,
+// once neither runs a claim statement any more.
 func (p *Producer) Start(ctx context.Context) error {
 	return p.base.Start(ctx, func(ctx context.Context) (startstop.StopFunc, error) {
 		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		return startstop.Loop(p.stopping, func() { p.loop(ctx) }, cancel), nil
+		return startstop.Loop(p.stopping, func() {
+			var arrivals sync.WaitGroup
+			if p.arrivals != nil {
+				arrivals.Go(func() { p.arrivalsLoop(ctx) })
+			}
+			p.loop(ctx)
+			arrivals.Wait()
+		}, cancel), nil
 	})
 }
 
@@ -110,6 +142,9 @@ func (p *Producer) loop(ctx context.Context) {
 				cooldown.Stop()
 			}
 		case <-poll.C:
+			// No wake-up may come (NATS down or not used): the poll looks
+			// for arrivals too when the loop has no free slot.
+			p.askArrivals()
 		}
 	}
 }
@@ -146,6 +181,7 @@ func (p *Producer) schemaCompatible(ctx context.Context) bool {
 		}
 	}
 	p.schemaOK = c.Compatible
+	p.schemaAllowed.Store(c.Compatible)
 	p.sig.schemaGate.signal(c.Compatible)
 	return p.schemaOK
 }
@@ -163,29 +199,36 @@ func (p *Producer) runOnce(ctx context.Context) {
 			return
 		default:
 		}
-		free := p.claims.free()
+		free := p.claims.reserve(false)
 		if free <= 0 {
+			p.claims.release(false)
 			return
 		}
 		sent := time.Now()
 		// Committed only once its rows are read, so a claim given up on
 		// never commits unseen (claimCommitted).
 		cctx, span := tracing.Start(ctx, "worker.claim", attribute.Int("batch.limit", free))
+		// A wake-up meanwhile finds the loop busy: an arrivals claim takes
+		// what it announced (askArrivals).
+		p.claiming.Store(true)
 		res, err := claimCommitted(cctx, p.db, p.cfg.StatementTimeout, p.claim, lease.ClaimParams{
 			OwnerID: p.cfg.OwnerID, Limit: free, LeaseDuration: p.cfg.LeaseDuration,
 			Owners: max(p.cfg.ClaimOwners, 0),
 		})
+		p.claiming.Store(false)
 		tracing.EndBatch(span, len(res.Claimed), err)
 		switch {
 		case errors.Is(err, errCommitUnknown):
 			// Kept: their exact leases decide (claimCommitted).
 			p.log.Warn("claim commit unconfirmed; keeping the claims, their leases decide", "error_class", pg.ErrorClass(err))
 		case err != nil:
+			p.claims.release(false)
 			if ctx.Err() == nil {
 				p.log.Warn("claim failed; will retry at the next poll or wake-up", "error_class", pg.ErrorClass(err))
 			}
 			return
 		}
+		p.backlogged.Store(len(res.Claimed)+res.Exhausted >= free)
 		p.sig.claimed.signal(len(res.Claimed))
 		if res.Exhausted > 0 {
 			p.m.Outcomes.WithLabelValues(metrics.OutcomeFailed).Add(float64(res.Exhausted))
@@ -194,9 +237,10 @@ func (p *Producer) runOnce(ctx context.Context) {
 			p.m.ClaimBatchSize.Observe(float64(len(res.Claimed)))
 			p.m.Outcomes.WithLabelValues(metrics.OutcomeClaimed).Add(float64(len(res.Claimed)))
 			for i := range res.Claimed {
-				p.runner.launch(res.Claimed[i], sent)
+				p.runner.launch(res.Claimed[i], sent, false)
 			}
 		}
+		p.claims.release(false)
 		// Exhausted leases took candidates too: a batch that came back full
 		// counting them may have left claimable jobs behind.
 		if len(res.Claimed)+res.Exhausted < free {

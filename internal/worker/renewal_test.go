@@ -52,6 +52,7 @@ func TestPausedRenewerIsReclaimedOnlyAfterDatabaseExpiry(t *testing.T) {
 	cfg := shortLease()
 	cfg.OwnerID = "paused-renewer"
 	cfg.Concurrency = 1
+	cfg.WakeupSlots = -1 // and no wake-up slot
 	a := newWorker(t, url, cfg, worker.TestHooks{BeforeRenew: func() { <-renewGate }})
 	a.start(t)
 	t.Cleanup(openGate) // runs before a's Stop (cleanups are LIFO), so Stop never waits on the gate
@@ -185,6 +186,7 @@ func TestRenewalConnectionCutFailsClosed(t *testing.T) {
 	ids := pgtest.InsertJobs(t, pool, pg.NewJob{Kind: pg.KindDiagnostic, Payload: diagnostic(time.Hour, "", 1)})
 	cfg := shortLease()
 	cfg.Concurrency = 1
+	cfg.WakeupSlots = -1 // and no wake-up slot
 	h := newWorkerWith(t, url, cfg, worker.TestHooks{}, harnessOptions{renewURL: proxy.URL(url)})
 	h.start(t)
 	testwait.For(t, 20*time.Second, "running", func() bool { return h.w.Running() == 1 })
@@ -374,7 +376,8 @@ func TestLostConnectionDuringFinishLosesNoJob(t *testing.T) {
 	ids := pgtest.InsertJobs(t, pool, pg.NewJob{Payload: records(3, "cut")}, pg.NewJob{Kind: pg.KindDiagnostic, Payload: diagnostic(0, "permanent", 0)})
 	var cuts, restores atomic.Int32
 	cfg := fastConfig()
-	cfg.Concurrency = 1 // one job at a time: each finish meets its own cut
+	cfg.Concurrency = 1  // one job at a time: each finish meets its own cut
+	cfg.WakeupSlots = -1 // and no wake-up slot
 	h := newWorkerWith(t, proxy.URL(url), cfg, worker.TestHooks{
 		BeforeFinish: func(*lease.Claim) {
 			cuts.Add(1)

@@ -31,6 +31,7 @@ func (s *testSignal[T]) signal(v T) {
 // role at an exact point.
 type testSignals struct {
 	claimed     testSignal[int]      // producer: after each claim statement, the number claimed
+	arrivals    testSignal[int]      // producer: after each arrivals claim statement, the number claimed
 	renewRound  testSignal[struct{}] // renewer: at the start of each scheduled renewal round
 	renewBusy   testSignal[int]      // renewer: a renewal statement found claims busy (rows another transaction held), their number
 	finishGroup testSignal[[2]int]   // completer: before each finish transaction, its jobs and target rows

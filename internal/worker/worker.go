@@ -103,6 +103,18 @@ type Config struct {
 	// (lease.ClaimParams.Owners; DefaultClaimOwners; negative: first-come
 	// first-served; MIGHTYETL_CLAIM_OWNERS, where 0 means that).
 	ClaimOwners int
+	// WakeupSlots is how many execution slots, besides Concurrency, are
+	// kept for the jobs a wake-up announces (DefaultWakeupSlots(Concurrency);
+	// negative: none; MIGHTYETL_WORKER_WAKEUP_SLOTS, where 0 means none).
+	// The regular claims never use them. When a wake-up arrives while the
+	// producer is claiming or has no free slot (and at each poll with no
+	// free slot), an arrivals claim (lease.ClaimArrivals) of at most the
+	// free wake-up slots runs at once beside the regular claim: it takes a
+	// light owner's new job, never a backlog's, so that job waits neither
+	// for a claim of a heavy owner's backlog nor for a slot to free. An idle
+	// worker takes a wake-up's jobs with its regular claim alone. None with
+	// the first-come first-served claim (ClaimOwners negative).
+	WakeupSlots int
 	// FinishLinger is how long a completer that has fewer than FinishBatch
 	// results waits for more before committing (DefaultFinishLinger;
 	// negative: no wait; internal). A result's slot is already free while it
@@ -146,13 +158,13 @@ type Config struct {
 	ChunkConns int
 }
 
-// maxLive bounds the claims a worker holds at once: Concurrency running
+// maxLive bounds the claims a worker holds at once: slots() running
 // handlers plus the claims whose handler returned and whose outcome is
 // settling (waiting in a finish group or writing a retry or failure), at
-// most max(Concurrency, FinishBatch × Completers) of them, so a full round of
+// most max(slots(), FinishBatch × Completers) of them, so a full round of
 // finish groups never holds back the claims of free slots.
 func (c *Config) maxLive() int {
-	return c.Concurrency + max(c.Concurrency, c.FinishBatch*c.Completers)
+	return c.slots() + max(c.slots(), c.FinishBatch*c.Completers)
 }
 
 // StatementTimeout is the default Config.StatementTimeout for a renewal
@@ -160,6 +172,14 @@ func (c *Config) maxLive() int {
 func StatementTimeout(renewInterval time.Duration) time.Duration {
 	return max(renewInterval, MinStatementTimeout)
 }
+
+// DefaultWakeupSlots is Config.WakeupSlots's default for a worker of
+// concurrency slots: max(1, concurrency/64), a slot per 64 and at least one.
+func DefaultWakeupSlots(concurrency int) int { return max(1, concurrency/64) }
+
+// slots is how many handlers the worker may run at once: Concurrency plus
+// the wake-up slots.
+func (c *Config) slots() int { return c.Concurrency + max(c.WakeupSlots, 0) }
 
 // WithDefaults returns c with every zero field set to its default. It is the
 // one place worker defaults are applied.
@@ -177,6 +197,12 @@ func (c Config) WithDefaults() Config {
 	c.Completers = cmp.Or(c.Completers, DefaultCompleters)
 	c.ClaimCooldown = cmp.Or(c.ClaimCooldown, DefaultClaimCooldown)
 	c.ClaimOwners = cmp.Or(c.ClaimOwners, DefaultClaimOwners)
+	c.WakeupSlots = cmp.Or(c.WakeupSlots, DefaultWakeupSlots(c.Concurrency))
+	if c.ClaimOwners < 0 {
+		// First-come first-served takes the oldest jobs first, a light
+		// owner's too: no wake-up slot may take one ahead of them.
+		c.WakeupSlots = -1
+	}
 	c.FinishLinger = cmp.Or(c.FinishLinger, DefaultFinishLinger)
 	c.FinishMaxRows = cmp.Or(c.FinishMaxRows, DefaultFinishMaxRows)
 	c.FinishMaxBytes = cmp.Or(c.FinishMaxBytes, DefaultFinishMaxBytes)

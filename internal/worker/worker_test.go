@@ -287,7 +287,8 @@ func TestStaleWorkerLateFinishRollsBackAfterReclaim(t *testing.T) {
 	p := newPause(t)
 	cfgA := fastConfig()
 	cfgA.OwnerID = "stale-worker-a"
-	cfgA.Concurrency = 1 // the paused job fills A's only slot: A cannot reclaim it itself
+	cfgA.Concurrency = 1  // the paused job fills A's only slot: A cannot reclaim it itself
+	cfgA.WakeupSlots = -1 // and no wake-up slot
 	a := newWorker(t, url, cfgA, worker.TestHooks{BeforeFinish: p.hook})
 	a.start(t)
 	// A computed the result and is paused before its finish transaction.
@@ -403,7 +404,8 @@ func TestDatabaseClockDecidesLeaseLossWhateverTheHostThinks(t *testing.T) {
 	ids := pgtest.InsertJobs(t, pool, pg.NewJob{Kind: pg.KindDiagnostic, Payload: diagnostic(time.Hour, "", 0)})
 	cfg := fastConfig()
 	cfg.OwnerID = "clock-worker"
-	cfg.Concurrency = 1 // the running job fills the only slot: the renewal, not a reclaim, must notice
+	cfg.Concurrency = 1  // the running job fills the only slot: the renewal, not a reclaim, must notice
+	cfg.WakeupSlots = -1 // and no wake-up slot
 	cfg.ShutdownGrace = 10 * time.Millisecond
 	h := newWorker(t, url, cfg, worker.TestHooks{})
 	h.start(t)
