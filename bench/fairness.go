@@ -58,6 +58,10 @@ type fairnessOptions struct {
 	// ClaimOwners are the worker binary's MIGHTYETL_CLAIM_OWNERS values the
 	// heavy-light and zipf parts run with, in this order.
 	ClaimOwners []int `json:"claim_owners"`
+	// WakeupSlots are the worker binary's MIGHTYETL_WORKER_WAKEUP_SLOTS
+	// values each heavy-light backlog run is repeated with, in this order
+	// (empty: the binary's default only).
+	WakeupSlots []int `json:"wakeup_slots,omitempty"`
 	// Backlog is owner A's claimable jobs (heavy-light).
 	Backlog int `json:"backlog"`
 	// ADuration is how long each of A's jobs runs (0: the burndown's no-op).
@@ -112,6 +116,7 @@ func addFairnessFlags(fs *flag.FlagSet, o *fairnessOptions) {
 		}
 	}
 	fs.Func("fairness-claim-owners", "fairness heavy-light, zipf: the worker binary's MIGHTYETL_CLAIM_OWNERS values, run in this order (default 0,32: first-come first-served, then fair)", ints(&o.ClaimOwners, 0, 1000))
+	fs.Func("fairness-wakeup-slots", "fairness heavy-light: run each backlog run of a fair claim once per MIGHTYETL_WORKER_WAKEUP_SLOTS value of this list, in order (0: none; default: the binary's default only)", ints(&o.WakeupSlots, 0, 10000))
 	fs.IntVar(&o.Backlog, "fairness-backlog", 0, "fairness heavy-light: owner A's claimable jobs (default 1000000, -quick 20000)")
 	fs.DurationVar(&o.ADuration, "fairness-a-duration", 0, "fairness heavy-light: how long each of A's jobs runs (0: no-op, as the burndown's)")
 	fs.DurationVar(&o.BInterval, "fairness-b-interval", 100*time.Millisecond, "fairness heavy-light: owner B submits one job every this")
@@ -334,11 +339,12 @@ CREATE TRIGGER bench_record_claim AFTER UPDATE ON etl_job_records FOR EACH ROW
 }
 
 // startFairWorker starts one cmd/worker binary with -concurrency slots and
-// MIGHTYETL_CLAIM_OWNERS co, NATS wake-ups when fn has a connection.
-func (h *harness) startFairWorker(ctx context.Context, co int, fn fleetNATS) (*workerProc, error) {
+// MIGHTYETL_CLAIM_OWNERS co, NATS wake-ups when fn has a connection, and
+// the settings of extra.
+func (h *harness) startFairWorker(ctx context.Context, co int, fn fleetNATS, extra ...string) (*workerProc, error) {
 	env := append([]string{"MIGHTYETL_WORKER_CONCURRENCY=" + itoa(h.o.Concurrency), "MIGHTYETL_CLAIM_OWNERS=" + itoa(co),
 		"MIGHTYETL_LEASE_DURATION=" + fairLease.String(), "MIGHTYETL_SHUTDOWN_GRACE_PERIOD=10s"}, fn.env(h.o.NATSURL)...)
-	return h.startBinary(ctx, "bench-fair-"+randomHex(4), env...)
+	return h.startBinary(ctx, "bench-fair-"+randomHex(4), append(env, extra...)...)
 }
 
 func (h *harness) fairWorkerSettings(fn fleetNATS) string {
@@ -362,30 +368,47 @@ func (h *harness) dbNow(ctx context.Context) (time.Time, error) {
 }
 
 // heavyLight runs B alone on an empty queue, then B beside A's backlog
-// once per -fairness-claim-owners value, then the summary.
+// once per -fairness-claim-owners value and -fairness-wakeup-slots value,
+// then the summary.
 func (h *harness) heavyLight(ctx context.Context) ([]Result, error) {
 	var out []Result
-	r, err := h.heavyLightRun(ctx, "empty", 0, -1)
+	r, err := h.heavyLightRun(ctx, "empty", 0, -1, -1)
 	out = append(out, r)
 	if err != nil {
 		return out, err
 	}
+	wakeups := h.o.Fairness.WakeupSlots
+	if len(wakeups) == 0 {
+		wakeups = []int{-1}
+	}
 	for _, co := range h.o.Fairness.ClaimOwners {
-		r, err := h.heavyLightRun(ctx, "backlog/"+claimOwnersName(co), h.o.Fairness.Backlog, co)
-		out = append(out, r)
-		if err != nil {
-			return out, err
+		ws := wakeups
+		if co == 0 {
+			// First-come first-served has no wake-up slots.
+			ws = []int{-1}
+		}
+		for _, ws := range ws {
+			name := "backlog/" + claimOwnersName(co)
+			if ws >= 0 {
+				name += "/wakeup-slots=" + itoa(ws)
+			}
+			r, err := h.heavyLightRun(ctx, name, h.o.Fairness.Backlog, co, ws)
+			out = append(out, r)
+			if err != nil {
+				return out, err
+			}
 		}
 	}
 	return append(out, heavyLightSummary(out)), nil
 }
 
 // heavyLightRun inserts backlog jobs of owner A (none: the empty queue,
-// run at the default claim), starts the worker binary with claim owners co,
-// and has owner B submit one job every -fairness-b-interval for
-// -fairness-b-duration; B's pickup is its claim's time minus its
-// available_at, both by the database clock.
-func (h *harness) heavyLightRun(ctx context.Context, name string, backlog, co int) (Result, error) {
+// run at the default claim), starts the worker binary with claim owners co
+// and wake-up slots ws (negative: the binary's default), and has owner B
+// submit one job every -fairness-b-interval for -fairness-b-duration; B's
+// pickup is its claim's time minus its available_at, both by the database
+// clock.
+func (h *harness) heavyLightRun(ctx context.Context, name string, backlog, co, ws int) (Result, error) {
 	o := h.o.Fairness
 	if co < 0 {
 		co = 32
@@ -393,6 +416,11 @@ func (h *harness) heavyLightRun(ctx context.Context, name string, backlog, co in
 	res := Result{System: "mightyetl", Scenario: "fairness", Variant: "heavy-light/" + name, Metrics: map[string]float64{},
 		Settings: map[string]string{"claim_owners": itoa(co), "a_backlog": itoa(backlog), "a_job": diagPayload(o.ADuration),
 			"b_submissions": fmt.Sprintf("one job every %s for %s, each its own commit", o.BInterval, o.BDuration)}}
+	var extra []string
+	if ws >= 0 {
+		extra = append(extra, "MIGHTYETL_WORKER_WAKEUP_SLOTS="+itoa(ws))
+		res.Settings["wakeup_slots"] = itoa(ws)
+	}
 	fmt.Fprintf(os.Stderr, "bench: fairness %s\n", res.Variant)
 	if err := h.fairReset(ctx); err != nil {
 		return res, err
@@ -431,7 +459,7 @@ func (h *harness) heavyLightRun(ctx context.Context, name string, backlog, co in
 	} else {
 		res.Settings["b_insert"] = "pg.InsertJobs (no relay runs: the worker's 1 s poll)"
 	}
-	p, err := h.startFairWorker(ctx, co, fn)
+	p, err := h.startFairWorker(ctx, co, fn, extra...)
 	if err != nil {
 		return res, err
 	}
@@ -439,6 +467,10 @@ func (h *harness) heavyLightRun(ctx context.Context, name string, backlog, co in
 	fn.wake()
 	ready := time.Now()
 	n := max(1, int(o.BDuration/o.BInterval))
+	// How long each of B's inserts took to commit (an insert may wait for a
+	// claim holding B's etl_claim_owners row): part of its pickup, which
+	// counts from its available_at.
+	inserts := make([]time.Duration, 0, n)
 	start := time.Now()
 	for i := range n {
 		if err := sleepCtx(ctx, time.Until(start.Add(time.Duration(i)*o.BInterval))); err != nil {
@@ -447,6 +479,7 @@ func (h *harness) heavyLightRun(ctx context.Context, name string, backlog, co in
 		jobs := h.newJobs(1, zeroPayload)
 		jobs[0].PrincipalScopeHash = b
 		var err error
+		t0 := time.Now()
 		if fn.nc != nil {
 			_, err = pg.InsertJobsUnannounced(ctx, h.pool, jobs)
 		} else {
@@ -455,6 +488,7 @@ func (h *harness) heavyLightRun(ctx context.Context, name string, backlog, co in
 		if err != nil {
 			return res, fmt.Errorf("submit B's job: %w", err)
 		}
+		inserts = append(inserts, time.Since(t0))
 		fn.wake()
 	}
 	bEnd := time.Since(ready)
@@ -522,6 +556,7 @@ func (h *harness) heavyLightRun(ctx context.Context, name string, backlog, co in
 		return res, err
 	}
 	percentiles("b_pickup", all, res.Metrics)
+	percentiles("b_insert", inserts, res.Metrics)
 	res.Metrics["b_jobs"] = float64(n)
 	res.Metrics["b_claimed_before_a_drained"] = float64(ahead)
 	if backlog > 0 {
@@ -545,14 +580,19 @@ func heavyLightSummary(rs []Result) Result {
 		return sum
 	}
 	for _, r := range rs {
-		co, found := strings.CutPrefix(r.Variant, "heavy-light/backlog/claim-owners=")
+		rest, found := strings.CutPrefix(r.Variant, "heavy-light/backlog/claim-owners=")
 		if !found {
 			continue
 		}
-		co, _, _ = strings.Cut(co, " ")
+		co, _, _ := strings.Cut(rest, " ")
+		co, _, _ = strings.Cut(co, "/")
+		key := "claim_owners_" + co
+		if _, ws, ok := strings.Cut(rest, "/wakeup-slots="); ok {
+			key += "_wakeup_slots_" + ws
+		}
 		for _, q := range []string{"p50", "p99"} {
 			if e := empty.Metrics["b_pickup_"+q+"_ms"]; e > 0 {
-				sum.Metrics[fmt.Sprintf("b_%s_ratio_claim_owners_%s_vs_empty", q, co)] = r.Metrics["b_pickup_beside_backlog_"+q+"_ms"] / e
+				sum.Metrics[fmt.Sprintf("b_%s_ratio_%s_vs_empty", q, key)] = r.Metrics["b_pickup_beside_backlog_"+q+"_ms"] / e
 			}
 		}
 	}

@@ -180,18 +180,19 @@ func TestFairShares(t *testing.T) {
 // TestFairnessFlags: the fairness list flags parse, and bad values are refused.
 func TestFairnessFlags(t *testing.T) {
 	o, err := parseFlags([]string{"-scenarios", "fairness", "-fairness-parts", "zipf,claim-latency", "-fairness-claim-owners", "32,0",
-		"-fairness-scale-limits", "10", "-burndown-claim-owners", "32,0,0,32"}, io.Discard)
+		"-fairness-scale-limits", "10", "-burndown-claim-owners", "32,0,0,32", "-fairness-wakeup-slots", "31,0"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(o.Fairness.Parts, []string{"zipf", "claim-latency"}) || !slices.Equal(o.Fairness.ClaimOwners, []int{32, 0}) ||
-		!slices.Equal(o.Fairness.ScaleLimits, []int{10}) || !slices.Equal(o.BurndownClaimOwners, []int{32, 0, 0, 32}) {
+		!slices.Equal(o.Fairness.ScaleLimits, []int{10}) || !slices.Equal(o.BurndownClaimOwners, []int{32, 0, 0, 32}) ||
+		!slices.Equal(o.Fairness.WakeupSlots, []int{31, 0}) {
 		t.Fatalf("parsed %+v", o)
 	}
 	if o.Fairness.Backlog != 1_000_000 || o.Fairness.ZipfTotal != 200_000 || o.Fairness.ScaleLarge != 1_000_000 || o.Fairness.BDuration != time.Minute {
 		t.Errorf("defaults %+v", o.Fairness)
 	}
-	for _, bad := range [][]string{{"-fairness-parts", "nope"}, {"-fairness-claim-owners", "-1"}, {"-burndown-claim-owners", "x"}, {"-fairness-scale-limits", "0"}} {
+	for _, bad := range [][]string{{"-fairness-parts", "nope"}, {"-fairness-claim-owners", "-1"}, {"-burndown-claim-owners", "x"}, {"-fairness-scale-limits", "0"}, {"-fairness-wakeup-slots", "-1"}} {
 		if _, err := parseFlags(bad, io.Discard); err == nil {
 			t.Errorf("%v accepted", bad)
 		}
