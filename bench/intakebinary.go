@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -61,12 +62,24 @@ func intakeBinaryRequests(quick bool) int {
 // through its JetStream request consumer (when NATS is configured), and, with
 // the binary stopped, a pgbench single-row INSERT baseline on the same
 // server, so the ratios in the report compare figures of one run.
-func (h *harness) intakeBinary(ctx context.Context) ([]Result, error) {
+func (h *harness) intakeBinary(ctx context.Context) (results []Result, err error) {
 	if err := h.fresh(ctx); err != nil {
 		return nil, err
 	}
+	// Both sides connect with the one -database-url (the intake's pgx and
+	// pgbench's libpq alike default to sslmode=prefer: TLS whenever the
+	// server offers it); each result records what that URL gives.
+	conn := h.connectionSettings(ctx)
+	defer func() {
+		for i := range results {
+			if results[i].Settings == nil {
+				results[i].Settings = map[string]string{}
+			}
+			maps.Copy(results[i].Settings, conn)
+		}
+	}()
 	dur := min(h.o.Duration, maxIntakeBinaryDuration)
-	results, err := h.intakeBinaryRuns(ctx, dur)
+	results, err = h.intakeBinaryRuns(ctx, dur)
 	if err != nil {
 		return results, err
 	}
@@ -77,6 +90,19 @@ func (h *harness) intakeBinary(ctx context.Context) ([]Result, error) {
 	}
 	base, err := h.pgbenchInsert(ctx, dur)
 	return append(results, base), err
+}
+
+// connectionSettings is what a connection made with the bench database URL
+// gets: TLS (pg_stat_ssl) and synchronous_commit (a URL may set it with
+// options=-c%20synchronous_commit%3Doff, which pgbench's libpq honours too).
+func (h *harness) connectionSettings(ctx context.Context) map[string]string {
+	var tls, syncCommit string
+	err := h.pool.QueryRow(ctx, `SELECT coalesce((SELECT CASE WHEN ssl THEN 'on (' || version || ')' ELSE 'off' END
+    FROM pg_stat_ssl WHERE pid = pg_backend_pid()), 'unknown'), current_setting('synchronous_commit')`).Scan(&tls, &syncCommit)
+	if err != nil {
+		return map[string]string{"database_tls": "unknown"}
+	}
+	return map[string]string{"database_tls": tls + ", the same URL on both sides", "synchronous_commit": syncCommit}
 }
 
 // intakeBinaryRuns starts cmd/intake, runs the HTTP and JetStream parts

@@ -107,6 +107,9 @@ func TestSmokeEveryScenario(t *testing.T) {
 			positive("rss_mib", "renew_statement_p50_ms")
 		case "intake-binary":
 			seen["intake-binary/"+r.Variant] = true
+			if r.Settings["database_tls"] == "" || r.Settings["synchronous_commit"] == "" {
+				t.Errorf("intake-binary %s: no database connection settings in %v", r.Variant, r.Settings)
+			}
 			switch r.Variant {
 			case "http":
 				positive("accepted", "accepted_per_s", "request_p50_ms")
