@@ -40,10 +40,29 @@ import (
 // of a few slots still reserves in proportion over many claims), taken
 // before priority 1 and skipped by its priority's full range with OFFSET.
 // The branches run in order and stop when the cap is reached (a Limit over
-// an Append): O(cap + 7 index descents) per owner (ownerWalk). A job the
-// oldest share already locked may come back in its owner's walk (a lock
-// this statement holds is not skipped): it counts against the cap, and the
-// claim's writes take each job once.
+// an Append): O(cap + 7 index descents) per owner (ownerWalk). The walks
+// leave out the jobs the oldest share took: a lock this statement holds is
+// not skipped, so they would come back in their owner's walk and count
+// against its cap, and the fill would then walk every full owner's range
+// again for the share's worth of slots (with one owner's backlog, every
+// claim walked it twice).
+//
+// Head: every walk after the oldest share (the owners', the fill, the
+// tail) starts at the claimable_at of the share's oldest job (head; when
+// the share took none, of the first claimable row, read without a lock;
+// 'infinity' when none is claimable, so that no walk runs). No row this
+// claim could lock lies before it (the share skipped only rows other
+// transactions held, and a row that frees meanwhile waits for the next
+// claim); what does lie before it are the index entries of the jobs
+// already claimed (their queue rows' old versions) and finished, until a
+// vacuum removes them. A walk from the start of its range passes all of
+// them, with a visit to the heap for each one as long as it cannot be
+// marked dead (a snapshot older than its death, in any database of the
+// server, keeps it so): the oldest share passes them once per claim, as
+// claimSQL does; without the head each owner's walk passed its own drained
+// jobs again, twice for a priority with a reserve, and the fill a third
+// time (issue 33's single-owner burndown: docs/performance.md,
+// TestFairClaimOfOneOwnersBacklogSkipsItsDrainedHead).
 //
 // Fill: when the owners that used their whole cap have more, their walks
 // go on past what they took (ownerWalk with OFFSET) for the slots still
@@ -56,12 +75,14 @@ import (
 // (its own rows come back first and OFFSET passes them), first-come
 // first-served, as claimSQL would. Jobs the fair part took may come back
 // there too: they count against the limit, so the claim may come back a
-// little short, never long. No candidate list is filtered
-// by another's ids: "id <> ALL(array)" is a linear search per row, which at
-// 2,000 slots costs more than the rest of the claim.
+// little short, never long. No candidate list is filtered by another's ids
+// with "id <> ALL(array)", a linear search per row, which at 2,000 slots
+// costs more than the rest of the claim; the owners' walks leave out the
+// oldest share's few ids with NOT IN over it, a hashed subplan built once
+// per claim: one probe per row.
 //
-// Served: each served owner that gave jobs goes to the back (due_at = now,
-// idle_visits = 0). One that gave none waits 50 ms × 2^idle_visits (at most
+// Served: each served owner that gave jobs (to its walk or to the oldest
+// share) goes to the back (due_at = now, idle_visits = 0). One that gave none waits 50 ms × 2^idle_visits (at most
 // 6.4 s) or until its earliest future queue row (a lease expiring, a retry's
 // backoff, a scheduled job), whichever is first, and one without any queue
 // row is parked (fairServed); an insert or a requeue of its jobs makes it
@@ -71,12 +92,19 @@ var fairClaimSQL = buildFairClaimSQL()
 // fairCandidates replaces claimSQL's candidates CTE.
 func fairCandidates() string {
 	return `WITH oldest AS (
-    SELECT q.job_record_id, q.claimable_at
+    SELECT q.job_record_id, q.claimable_at, q.owner_slot
     FROM etl_job_claim_queue q
     WHERE q.claimable_at <= (SELECT clock_timestamp())
     ORDER BY q.claimable_at, q.job_record_id
     LIMIT $5
     FOR UPDATE SKIP LOCKED
+), head AS (
+    SELECT coalesce(
+        (SELECT min(claimable_at) FROM oldest),
+        (SELECT q.claimable_at FROM etl_job_claim_queue q
+         WHERE q.claimable_at <= (SELECT clock_timestamp())
+         ORDER BY q.claimable_at, q.job_record_id LIMIT 1),
+        'infinity') AS claimable_at
 ), owners AS (
     SELECT o.ctid AS owner_ctid, o.owner_slot, o.weight
     FROM etl_claim_owners o
@@ -117,6 +145,7 @@ func fairCandidates() string {
     SELECT q.job_record_id, q.claimable_at
     FROM etl_job_claim_queue q
     WHERE q.claimable_at <= (SELECT clock_timestamp())
+      AND q.claimable_at >= (SELECT claimable_at FROM head)
     ORDER BY q.claimable_at, q.job_record_id
     OFFSET (SELECT count(*) FROM oldest)
     LIMIT greatest($1::bigint - (SELECT count(DISTINCT job_record_id)
@@ -153,11 +182,14 @@ func fairCandidates() string {
 // priority's walk that runs out of claimable jobs passes over that owner's
 // leased jobs of that priority (their claimable_at is their lease's
 // expiry), at most its running jobs (TestFairClaimPlanWithOneOwnersBacklog).
+// The head (claimable_at >= head) is still where each range's scan starts:
+// a lower bound on priority (>=) lets the descent use the next column's.
 //
 // ownerWalk is the per-owner walk of fairClaimSQL over the owner s: the
 // reserves of priorities 4, 3 and 2 (s.reserve each), then priority 1 and
-// the rest of 2, 3 and 4, each one range of the queue's owner index up to
-// "now", each branch limited to limit rows. The fill walks it again with a
+// the rest of 2, 3 and 4, each one range of the queue's owner index from
+// the head up to "now", without the oldest share's jobs, each branch
+// limited to limit rows. The fill walks it again with a
 // larger limit: its first rows are then the very rows the first walk took
 // (locked by this statement, so SKIP LOCKED returns them again, in the
 // same order), which its OFFSET passes over.
@@ -167,6 +199,8 @@ func ownerWalk(limit string) string {
             SELECT q.job_record_id, q.claimable_at FROM etl_job_claim_queue q
             WHERE q.owner_slot = s.owner_slot AND q.priority >= %d AND q.priority <= %d
               AND q.claimable_at <= (SELECT clock_timestamp())
+              AND q.claimable_at >= (SELECT claimable_at FROM head)
+              AND q.job_record_id NOT IN (SELECT job_record_id FROM oldest)
             ORDER BY q.priority, q.claimable_at, q.job_record_id
             %sLIMIT %s
             FOR UPDATE SKIP LOCKED) p`, priority, priority, offset, limit)
@@ -192,7 +226,7 @@ func ownerWalk(limit string) string {
 const fairServed = `, served AS (
     UPDATE etl_claim_owners o
     SET due_at = CASE
-            WHEN o.owner_slot = ANY (ARRAY(SELECT DISTINCT owner_slot FROM fair)) THEN clock_timestamp()
+            WHEN o.owner_slot = ANY (ARRAY(SELECT owner_slot FROM fair UNION SELECT owner_slot FROM oldest)) THEN clock_timestamp()
             WHEN o.idle_visits >= 2
              AND (SELECT q.owner_slot FROM etl_job_claim_queue q
                   WHERE q.owner_slot = o.owner_slot
@@ -219,7 +253,7 @@ const fairServed = `, served AS (
                   ORDER BY q.priority, q.claimable_at LIMIT 1))
         END,
         idle_visits = CASE
-            WHEN o.owner_slot = ANY (ARRAY(SELECT DISTINCT owner_slot FROM fair)) THEN 0
+            WHEN o.owner_slot = ANY (ARRAY(SELECT owner_slot FROM fair UNION SELECT owner_slot FROM oldest)) THEN 0
             ELSE least(o.idle_visits + 1, 1000)
         END,
         updated_at = clock_timestamp()
