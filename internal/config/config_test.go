@@ -268,19 +268,18 @@ func TestDevDefaultsSitBetweenTheVariableAndTheDefault(t *testing.T) {
 	}
 }
 
-// MIGHTYETL_WORKER_WAKEUP_SLOTS follows the concurrency unless set:
-// max(1, concurrency/64), derived, and none with the first-come
-// first-served claim; 0 (none) and up to the concurrency are accepted when
-// set.
+// MIGHTYETL_WORKER_WAKEUP_SLOTS is none unless set (the concurrency stays
+// the most jobs a worker runs), and none with the first-come first-served
+// claim; 0 (none) and up to the concurrency are accepted when set.
 func TestWakeupSlotsDeriveFromTheConcurrency(t *testing.T) {
 	cases := []struct {
 		env  map[string]string
 		want int
 		src  Source
 	}{
-		{map[string]string{}, 1, SourceDerived},
-		{map[string]string{"MIGHTYETL_WORKER_CONCURRENCY": "2000"}, 31, SourceDerived},
-		{map[string]string{"MIGHTYETL_WORKER_CONCURRENCY": "1"}, 1, SourceDerived},
+		{map[string]string{}, 0, SourceDerived},
+		{map[string]string{"MIGHTYETL_WORKER_CONCURRENCY": "2000"}, 0, SourceDerived},
+		{map[string]string{"MIGHTYETL_WORKER_CONCURRENCY": "2000", "MIGHTYETL_WORKER_WAKEUP_SLOTS": "31"}, 31, SourceEnv},
 		{map[string]string{"MIGHTYETL_WORKER_CONCURRENCY": "2000", "MIGHTYETL_WORKER_WAKEUP_SLOTS": "0"}, 0, SourceEnv},
 		{map[string]string{"MIGHTYETL_WORKER_CONCURRENCY": "4", "MIGHTYETL_WORKER_WAKEUP_SLOTS": "4"}, 4, SourceEnv},
 		{map[string]string{"MIGHTYETL_WORKER_CONCURRENCY": "2000", "MIGHTYETL_CLAIM_OWNERS": "0"}, 0, SourceDerived},

@@ -36,7 +36,7 @@ type Worker struct {
 	Database        Database      // MIGHTYETL_DATABASE_POOLER, MIGHTYETL_DATABASE_DIRECT_URL
 	WorkerID        string        // MIGHTYETL_WORKER_ID, default worker.DefaultOwnerID() (host-pid-random)
 	Concurrency     int           // MIGHTYETL_WORKER_CONCURRENCY, default 8 (1..10000)
-	WakeupSlots     int           // MIGHTYETL_WORKER_WAKEUP_SLOTS, default worker.DefaultWakeupSlots(concurrency) = max(1, concurrency/64), 0 with MIGHTYETL_CLAIM_OWNERS=0 (0..concurrency; 0: none)
+	WakeupSlots     int           // MIGHTYETL_WORKER_WAKEUP_SLOTS, default 0 (none; suggested for many owners worker.SuggestedWakeupSlots(concurrency) = max(1, concurrency/64)), 0 with MIGHTYETL_CLAIM_OWNERS=0 (0..concurrency; 0: none)
 	ClaimOwners     int           // MIGHTYETL_CLAIM_OWNERS, default 32 (0..1000; 0: first-come first-served)
 	PoolSize        int           // MIGHTYETL_WORKER_POOL_SIZE, default 6 (2..1000): execution pool connections
 	PollInterval    time.Duration // MIGHTYETL_WORKER_POLL_INTERVAL, default 1s (10ms..1h)
@@ -93,7 +93,7 @@ func RegisterWorker(l *Loader, dst *Worker) {
 		}
 		return worker.DefaultWakeupSlots(dst.Concurrency)
 	}, 0, 10000,
-		"execution slots besides the concurrency kept for a light owner's new job (its only queued job), claimed at once when a wake-up finds the worker claiming or full (default: max(1, concurrency/64); 0 with MIGHTYETL_CLAIM_OWNERS=0); 0: none")
+		"execution slots besides the concurrency kept for a light owner's new job (its only queued job), claimed at once when a wake-up finds the worker claiming or full (suggested for many owners: max(1, concurrency/64); must be 0 with MIGHTYETL_CLAIM_OWNERS=0); 0: none (the default)")
 	l.Int(&dst.ChunkedSlots, "MIGHTYETL_WORKER_CHUNKED_SLOTS", "chunked-slots", worker.DefaultChunkedSlots, 0, 64,
 		"execution slots for large (chunked) jobs, besides the concurrency; 0: claim none")
 	l.Int(&dst.ChunkRecords, "MIGHTYETL_CHUNK_RECORDS", "chunk-records", chunked.DefaultChunkRecords, 1, 1000000,

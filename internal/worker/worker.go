@@ -173,9 +173,16 @@ func StatementTimeout(renewInterval time.Duration) time.Duration {
 	return max(renewInterval, MinStatementTimeout)
 }
 
-// DefaultWakeupSlots is Config.WakeupSlots's default for a worker of
-// concurrency slots: max(1, concurrency/64), a slot per 64 and at least one.
-func DefaultWakeupSlots(concurrency int) int { return max(1, concurrency/64) }
+// DefaultWakeupSlots is Config.WakeupSlots's default: none. Wake-up slots
+// run jobs besides Concurrency, so a worker configured for one job at a
+// time would run two; an operator opts in (SuggestedWakeupSlots is the
+// figure the many-owners benchmark ran with).
+func DefaultWakeupSlots(concurrency int) int { return 0 }
+
+// SuggestedWakeupSlots is the wake-up slots for a worker of concurrency
+// slots that serves many owners: max(1, concurrency/64), a slot per 64 and
+// at least one.
+func SuggestedWakeupSlots(concurrency int) int { return max(1, concurrency/64) }
 
 // slots is how many handlers the worker may run at once: Concurrency plus
 // the wake-up slots.
