@@ -93,7 +93,7 @@ func RegisterWorker(l *Loader, dst *Worker) {
 		}
 		return worker.DefaultWakeupSlots(dst.Concurrency)
 	}, 0, 10000,
-		"execution slots besides the concurrency kept for a light owner's new job (its only queued job), claimed at once when a wake-up finds the worker claiming or full (suggested for many owners: max(1, concurrency/64); must be 0 with MIGHTYETL_CLAIM_OWNERS=0); 0: none (the default)")
+		"execution slots besides the concurrency kept for light owners' new jobs (owners whose claimable jobs all arrived in the last 5 s), claimed at once when a wake-up finds the worker claiming a backlog or full (suggested for many owners: max(1, concurrency/64); must be 0 with MIGHTYETL_CLAIM_OWNERS=0); 0: none (the default)")
 	l.Int(&dst.ChunkedSlots, "MIGHTYETL_WORKER_CHUNKED_SLOTS", "chunked-slots", worker.DefaultChunkedSlots, 0, 64,
 		"execution slots for large (chunked) jobs, besides the concurrency; 0: claim none")
 	l.Int(&dst.ChunkRecords, "MIGHTYETL_CHUNK_RECORDS", "chunk-records", chunked.DefaultChunkRecords, 1, 1000000,

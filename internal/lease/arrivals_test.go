@@ -26,15 +26,15 @@ func arrivals(t *testing.T, db pg.DBTX, limit int) []lease.Claim {
 }
 
 // A light owner's new job is claimed beside a backlog, and none of the
-// backlog is, though all of it arrived within the window and slots are to
-// spare, even while another claim holds both owners' etl_claim_owners rows
-// and the backlog's oldest jobs (a regular claim in progress whose
+// backlog is (its oldest jobs are older than the window), though slots are
+// to spare, even while another claim holds both owners' etl_claim_owners
+// rows and the backlog's oldest jobs (a regular claim in progress whose
 // snapshot predates the light owner's job).
 func TestArrivalsClaimTakesALightOwnersNewJobAndNoBacklog(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
-	heavy := pgtest.InsertN(t, pool, 150, pg.NewJob{PrincipalScopeHash: pgtest.SHA("arrivals-heavy")})
+	heavy := pgtest.InsertN(t, pool, lease.ArrivalsWindow+44, pg.NewJob{PrincipalScopeHash: pgtest.SHA("arrivals-heavy")})
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -71,12 +71,12 @@ func TestArrivalsClaimTakesALightOwnersNewJobAndNoBacklog(t *testing.T) {
 	pgtest.AssertClaimQueueConsistent(t, pool)
 }
 
-// The arrivals claim takes the jobs of light owners only: at most
-// ArrivalsPerOwner claimable jobs, all of them arrived within the window,
-// in the owner's order (priority 1 first, then oldest), each owner's next
-// job before any owner's second. An owner with more queued, or with an
-// older claimable job, gets nothing; a job claimable for longer than
-// ArrivalsMaxAge is not an arrival. A job another claim holds is skipped.
+// The arrivals claim takes the jobs of light owners only, whose claimable
+// jobs all arrived within the window: at most ArrivalsPerOwner of each, in
+// the owner's order (priority 1 first, then oldest), each owner's next job
+// before any owner's second. An owner with an older claimable job gets
+// nothing; a job claimable for longer than ArrivalsMaxAge is not an
+// arrival. A job another claim holds is skipped.
 func TestArrivalsClaimTakesOnlyLightOwnersJobs(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDatabase(t)
@@ -93,10 +93,19 @@ func TestArrivalsClaimTakesOnlyLightOwnersJobs(t *testing.T) {
 		t.Fatalf("claimed %d jobs, want the owner's remaining job and the other owner's, oldest first", len(got))
 	}
 
-	// More than ArrivalsPerOwner queued: a backlog, however recent.
-	pgtest.InsertN(t, pool, lease.ArrivalsPerOwner+1, pg.NewJob{PrincipalScopeHash: pgtest.SHA("arrivals-burst")})
-	if n := len(arrivals(t, pool, 8)); n != 0 {
-		t.Fatalf("claimed %d of an owner with %d queued, want none", n, lease.ArrivalsPerOwner+1)
+	// A burst: at most ArrivalsPerOwner per claim, oldest first.
+	burst := pgtest.InsertN(t, pool, lease.ArrivalsPerOwner+2, pg.NewJob{PrincipalScopeHash: pgtest.SHA("arrivals-burst")})
+	got := arrivals(t, pool, 16)
+	if len(got) != lease.ArrivalsPerOwner {
+		t.Fatalf("claimed %d of a burst of %d, want %d", len(got), len(burst), lease.ArrivalsPerOwner)
+	}
+	for i, c := range got {
+		if c.JobID != burst[i] {
+			t.Fatalf("claim %d took the burst's job out of order", i)
+		}
+	}
+	if got := arrivals(t, pool, 16); len(got) != 2 {
+		t.Fatalf("claimed %d, want the burst's last 2", len(got))
 	}
 	// An older claimable job, outside the window: neither is taken.
 	stale := pgtest.SHA("arrivals-stale")
@@ -155,7 +164,7 @@ func TestArrivalsClaimKeepsTheFairClaimOffTheOwnersItServed(t *testing.T) {
 	pool, _ := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	owner := pgtest.SHA("served-light")
-	pgtest.InsertN(t, pool, 40, pg.NewJob{PrincipalScopeHash: pgtest.SHA("served-heavy")})
+	pgtest.InsertN(t, pool, lease.ArrivalsWindow+8, pg.NewJob{PrincipalScopeHash: pgtest.SHA("served-heavy")})
 	pgtest.InsertN(t, pool, 1, pg.NewJob{PrincipalScopeHash: owner})
 	if n := len(arrivals(t, pool, 4)); n != 1 {
 		t.Fatalf("claimed %d, want the light owner's job", n)

@@ -29,7 +29,7 @@ import (
 // free wake-up slots, run at once on a goroutine of its own (arrivalsLoop)
 // beside the loop's claim, in a transaction of its own committed once its
 // rows are read (claimCommitted). It takes only the jobs of light owners
-// (a few claimable jobs, all just arrived), so a backlog never fills the
+// (whose claimable jobs all just arrived), so a backlog never fills the
 // wake-up slots, and its candidates need none of the owner rows the
 // regular claim holds. At most one arrivals claim runs at a time; requests
 // meanwhile coalesce into the next. An idle worker with a free slot leaves

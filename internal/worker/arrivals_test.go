@@ -63,7 +63,9 @@ func TestWakeupSlotTakesALightOwnersJobBesideABusyBacklog(t *testing.T) {
 	t.Parallel()
 	pool, url := pgtest.NewDatabase(t)
 	a, b := pgtest.SHA("wakeup-owner-a"), pgtest.SHA("wakeup-owner-b")
-	pgtest.InsertN(t, pool, 20, pg.NewJob{Kind: pg.KindDiagnostic, Payload: heldPayload, PrincipalScopeHash: a})
+	// More than the arrivals claim's window: A's oldest jobs are older than
+	// it, A is no light owner.
+	pgtest.InsertN(t, pool, lease.ArrivalsWindow+20, pg.NewJob{Kind: pg.KindDiagnostic, Payload: heldPayload, PrincipalScopeHash: a})
 	finish := make(chan struct{})
 	h := newWorkerWith(t, url, wakeupConfig("wakeup-busy-worker"), worker.TestHooks{}, harnessOptions{handlers: heldHandlers(finish)})
 	h.start(t)
@@ -99,7 +101,7 @@ func TestWakeupSlotTakesALightOwnersJobBesideABusyBacklog(t *testing.T) {
 	finish <- struct{}{}
 	h.awaitOutcome(t, 30*time.Second, "one of A's jobs succeeded", metrics.OutcomeSucceeded, 2)
 	testwait.For(t, 30*time.Second, "the freed regular slot claimed", func() bool {
-		return countJobs(t, pool, a, pg.StatusSucceeded) == 1 && countJobs(t, pool, a, pg.StatusPending) == 17
+		return countJobs(t, pool, a, pg.StatusSucceeded) == 1 && countJobs(t, pool, a, pg.StatusPending) == lease.ArrivalsWindow+17
 	})
 	if n := countJobs(t, pool, a, pg.StatusRunning); n != 2 || h.w.Running() != 2 {
 		t.Fatalf("%d of A's jobs running (%d handlers), want 2: the regular claims took the wake-up slot", n, h.w.Running())
