@@ -49,9 +49,10 @@ import (
 //
 // Head: every walk after the oldest share (the owners', the fill, the
 // tail) starts at the claimable_at of the share's oldest job (head; when
-// the share took none, of the first claimable row, read without a lock;
-// 'infinity' when none is claimable, so that no walk runs). No row this
-// claim could lock lies before it (the share skipped only rows other
+// the share was 0 slots, of the first claimable row, read without a lock;
+// 'infinity' when none is claimable, or when the share took fewer than its
+// slots: it passed every claimable row then, so that no walk runs). No row
+// this claim could lock lies before it (the share skipped only rows other
 // transactions held, and a row that frees meanwhile waits for the next
 // claim); what does lie before it are the index entries of the jobs
 // already claimed (their queue rows' old versions) and finished, until a
@@ -99,12 +100,15 @@ func fairCandidates() string {
     LIMIT $5
     FOR UPDATE SKIP LOCKED
 ), head AS (
-    SELECT coalesce(
-        (SELECT min(claimable_at) FROM oldest),
-        (SELECT q.claimable_at FROM etl_job_claim_queue q
-         WHERE q.claimable_at <= (SELECT clock_timestamp())
-         ORDER BY q.claimable_at, q.job_record_id LIMIT 1),
-        'infinity') AS claimable_at
+    SELECT CASE
+        WHEN (SELECT count(*) FROM oldest) < $5::bigint THEN 'infinity'::timestamptz
+        ELSE coalesce(
+            (SELECT min(claimable_at) FROM oldest),
+            (SELECT q.claimable_at FROM etl_job_claim_queue q
+             WHERE q.claimable_at <= (SELECT clock_timestamp())
+             ORDER BY q.claimable_at, q.job_record_id LIMIT 1),
+            'infinity')
+    END AS claimable_at
 ), owners AS (
     SELECT o.ctid AS owner_ctid, o.owner_slot, o.weight
     FROM etl_claim_owners o

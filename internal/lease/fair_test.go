@@ -523,3 +523,75 @@ func TestFairClaimOfOneOwnersBacklogSkipsItsDrainedHead(t *testing.T) {
 		t.Errorf("the owner index's walks produced %v rows from %d index entries beside 1,000 drained jobs, want 94 to 150 rows from at most 300", rows, read)
 	}
 }
+
+// A fair claim that finds nothing claimable beside a drained backlog walks
+// the queue's drained head no more than the first-come claim does: once,
+// for its oldest share (its jobs' dead index entries, which an open
+// snapshot keeps from being marked dead), not again to find where the
+// owners' walks start. (Before, a second walk found the head: twice the
+// first-come claim's entries.)
+func TestEmptyFairClaimWalksADrainedQueueOnce(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	pgtest.InsertN(t, pool, 500, pg.NewJob{PrincipalScopeHash: pgtest.SHA("drained-owner")})
+	snap, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = snap.Rollback(ctx) }()
+	if _, err := snap.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`); err != nil {
+		t.Fatal(err)
+	}
+	if n := pgtest.Count(t, snap, `SELECT count(*) FROM etl_job_claim_queue`); n != 500 {
+		t.Fatalf("snapshot sees %d queue rows, want 500", n)
+	}
+	for drained := 0; drained < 500; {
+		claims := fairClaim(t, pool, 100)
+		if len(claims) == 0 {
+			t.Fatalf("claimed nothing with %d of 500 drained", drained)
+		}
+		refs := make([]lease.Ref, len(claims))
+		for i, c := range claims {
+			refs[i] = c.Ref
+		}
+		if err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
+			_, err := lease.Succeed(ctx, tx, "worker-fair", refs)
+			return err
+		}); err != nil {
+			t.Fatalf("succeed: %v", err)
+		}
+		drained += len(refs)
+	}
+	// Both claims in one transaction: the statistics they count stay in
+	// this backend until it ends.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	read := func(index string) int64 {
+		t.Helper()
+		var n int64
+		if err := tx.QueryRow(ctx, `SELECT pg_stat_get_xact_tuples_returned($1::regclass)`, index).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	const eligibility = "etl_job_claim_queue_eligibility_index"
+	claimEmpty := func(owners int) {
+		t.Helper()
+		res, err := lease.ClaimJobs(ctx, tx, lease.ClaimParams{OwnerID: "worker-empty", Limit: 100, LeaseDuration: time.Minute, Owners: owners})
+		if err != nil || len(res.Claimed) != 0 {
+			t.Fatalf("claimed %d, %v; want nothing", len(res.Claimed), err)
+		}
+	}
+	e0 := read(eligibility)
+	claimEmpty(0)
+	e1 := read(eligibility)
+	claimEmpty(32)
+	e2 := read(eligibility)
+	if first, fair := e1-e0, e2-e1; first < 500 || fair > first {
+		t.Errorf("an empty claim read %d eligibility index entries first-come and %d fair; want 500 or more, and no more fair", first, fair)
+	}
+}
